@@ -1,0 +1,803 @@
+//! The server configuration: the Claude Desktop `mcpServers` JSON shape plus Tether's
+//! per-server extras, where to find the file, `${VAR}` substitution, and ad-hoc servers given
+//! on the command line.
+//!
+//! Parsing is strict about types (a wrong type names the file, line, column and key) but
+//! lenient about unknown keys, because configs written for other hosts carry their own extras
+//! (`autoApprove`, `alwaysAllow`, …) and must keep working unchanged. Unknown keys that look
+//! like a typo of ours are reported as warnings with the likely intended key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::McpError;
+
+/// Default time one request to a server may take.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default time a server has to start and finish its handshake.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The name of the config file looked up in the working directory.
+pub const LOCAL_CONFIG_FILE: &str = ".tether.json";
+
+/// A loaded configuration: servers in file order.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// Where it came from, for error messages; `None` for ad-hoc or empty configs.
+    pub source: Option<PathBuf>,
+    /// Servers in the order the file lists them.
+    pub servers: Vec<ServerConfig>,
+    /// Problems that did not stop loading (unknown keys), one line each.
+    pub warnings: Vec<String>,
+}
+
+/// How to reach one server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    /// A child process speaking JSON-RPC over stdin/stdout.
+    Stdio {
+        /// Program to run.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Extra environment (on top of a small safe inherited set).
+        env: BTreeMap<String, String>,
+        /// Working directory.
+        cwd: Option<PathBuf>,
+    },
+    /// Streamable HTTP at a URL.
+    Http {
+        /// Endpoint, e.g. `http://127.0.0.1:3001/mcp`.
+        url: String,
+        /// Headers sent with every request.
+        headers: BTreeMap<String, String>,
+    },
+    /// The deprecated HTTP+SSE transport (`GET /sse`).
+    Sse {
+        /// The SSE endpoint.
+        url: String,
+        /// Headers sent with every request.
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// One configured server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// The key under `mcpServers`.
+    pub name: String,
+    /// How to reach it.
+    pub transport: Transport,
+    /// Time one request may take.
+    pub timeout: Duration,
+    /// Time to start and finish the handshake.
+    pub startup_timeout: Duration,
+    /// Listed but not started.
+    pub disabled: bool,
+    /// When set, only these tools (exact names or `*` globs) are offered.
+    pub allowed_tools: Option<Vec<String>>,
+    /// Tools never offered (exact names or `*` globs).
+    pub disabled_tools: Vec<String>,
+}
+
+impl ServerConfig {
+    /// A stdio server with default settings.
+    pub fn stdio(name: impl Into<String>, command: impl Into<String>, args: Vec<String>) -> Self {
+        Self::with_transport(
+            name,
+            Transport::Stdio {
+                command: command.into(),
+                args,
+                env: BTreeMap::new(),
+                cwd: None,
+            },
+        )
+    }
+
+    /// A Streamable HTTP server with default settings.
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self::with_transport(
+            name,
+            Transport::Http {
+                url: url.into(),
+                headers: BTreeMap::new(),
+            },
+        )
+    }
+
+    fn with_transport(name: impl Into<String>, transport: Transport) -> Self {
+        ServerConfig {
+            name: name.into(),
+            transport,
+            timeout: DEFAULT_REQUEST_TIMEOUT,
+            startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            disabled: false,
+            allowed_tools: None,
+            disabled_tools: Vec::new(),
+        }
+    }
+
+    /// Whether the tool filters let `tool` through.
+    pub fn offers_tool(&self, tool: &str) -> bool {
+        let allowed = self
+            .allowed_tools
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|p| glob_match(p, tool)));
+        allowed && !self.disabled_tools.iter().any(|p| glob_match(p, tool))
+    }
+
+    /// A one-line description of where the server lives, for listings.
+    pub fn endpoint(&self) -> String {
+        match &self.transport {
+            Transport::Stdio { command, args, .. } => {
+                let mut parts = vec![command.clone()];
+                parts.extend(args.iter().cloned());
+                shlex::try_join(parts.iter().map(String::as_str))
+                    .unwrap_or_else(|_| parts.join(" "))
+            }
+            Transport::Http { url, .. } | Transport::Sse { url, .. } => url.clone(),
+        }
+    }
+}
+
+/// Matches `text` against a pattern where `*` stands for any run of characters.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let Some((first, rest)) = pattern.split_once('*') else {
+        return pattern == text;
+    };
+    let Some(mut remaining) = text.strip_prefix(first) else {
+        return false;
+    };
+    let pieces: Vec<&str> = rest.split('*').collect();
+    for (index, piece) in pieces.iter().enumerate() {
+        let is_last = index + 1 == pieces.len();
+        if is_last {
+            return remaining.ends_with(piece);
+        }
+        match remaining.find(piece) {
+            Some(at) => remaining = &remaining[at + piece.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// The raw file shape. Unknown keys are kept so they can be warned about, not rejected.
+#[derive(Deserialize)]
+struct RawConfig {
+    #[serde(rename = "mcpServers", default)]
+    mcp_servers: serde_json::Map<String, Value>,
+    #[serde(flatten)]
+    _other: serde_json::Map<String, Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawServer {
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<String>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    timeout: Option<RawDuration>,
+    startup_timeout: Option<RawDuration>,
+    #[serde(default)]
+    disabled: bool,
+    allowed_tools: Option<Vec<String>>,
+    #[serde(default)]
+    disabled_tools: Vec<String>,
+    #[serde(flatten)]
+    other: serde_json::Map<String, Value>,
+}
+
+const KNOWN_SERVER_KEYS: &[&str] = &[
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "type",
+    "timeout",
+    "startupTimeout",
+    "disabled",
+    "allowedTools",
+    "disabledTools",
+];
+
+/// A duration written as seconds (`30`, `2.5`) or with a unit (`"500ms"`, `"30s"`, `"2m"`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawDuration {
+    Seconds(f64),
+    Text(String),
+}
+
+impl RawDuration {
+    fn to_duration(&self) -> Result<Duration, String> {
+        let seconds = match self {
+            RawDuration::Seconds(s) => *s,
+            RawDuration::Text(text) => parse_duration_text(text)?,
+        };
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return Err(format!("must be a positive duration, got {seconds}"));
+        }
+        Ok(Duration::from_secs_f64(seconds))
+    }
+}
+
+fn parse_duration_text(text: &str) -> Result<f64, String> {
+    let text = text.trim();
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    number
+        .trim()
+        .parse::<f64>()
+        .map(|n| n * scale)
+        .map_err(|_| {
+            format!(
+                "\"{text}\" is not a duration; write seconds (30) or \"500ms\", \"30s\", \"2m\""
+            )
+        })
+}
+
+impl Config {
+    /// Finds the config: `explicit` if given (it must exist), else `./.tether.json`, else
+    /// `<user config dir>/tether/config.json`; no file at all is an empty config.
+    pub fn discover(explicit: Option<&Path>) -> Result<Config, McpError> {
+        if let Some(path) = explicit {
+            return Config::load(path);
+        }
+        let local = PathBuf::from(LOCAL_CONFIG_FILE);
+        if local.is_file() {
+            return Config::load(&local);
+        }
+        if let Some(user) = user_config_path()
+            && user.is_file()
+        {
+            return Config::load(&user);
+        }
+        Ok(Config::default())
+    }
+
+    /// Reads and parses one file.
+    pub fn load(path: &Path) -> Result<Config, McpError> {
+        let text = std::fs::read_to_string(path).map_err(|e| McpError::Config {
+            place: path.display().to_string(),
+            message: format!("cannot read the file: {e}"),
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses config text; `path` is only used to name the place in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, McpError> {
+        Config::parse_with_env(text, path, &|name| std::env::var(name).ok())
+    }
+
+    /// Parses with an explicit environment lookup, so substitution is testable.
+    pub fn parse_with_env(
+        text: &str,
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, McpError> {
+        let file = path.display().to_string();
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        let raw: RawConfig =
+            serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+                let inner = err.inner();
+                let key = err.path().to_string();
+                let key = if key == "." {
+                    String::new()
+                } else {
+                    format!(" at {key}")
+                };
+                McpError::Config {
+                    place: format!("{file}:{}:{}", inner.line(), inner.column()),
+                    message: format!("{}{key}", strip_position(&inner.to_string())),
+                }
+            })?;
+
+        let mut config = Config {
+            source: Some(path.to_path_buf()),
+            ..Config::default()
+        };
+        for (name, value) in raw.mcp_servers {
+            let key = format!("mcpServers.{name}");
+            let raw_server: RawServer =
+                serde_path_to_error::deserialize(value).map_err(|err| McpError::Config {
+                    place: format!("{file} ({})", line_of_key(text, &name)),
+                    message: format!("{key}.{}: {}", err.path(), err.inner()),
+                })?;
+            for unknown in raw_server.other.keys() {
+                let hint = strsim_suggest(unknown, KNOWN_SERVER_KEYS)
+                    .map(|s| format!(" (did you mean \"{s}\"?)"))
+                    .unwrap_or_default();
+                config.warnings.push(format!(
+                    "{file}: {key}: unknown key \"{unknown}\" ignored{hint}"
+                ));
+            }
+            let server =
+                build_server(&name, raw_server, env).map_err(|message| McpError::Config {
+                    place: format!("{file} ({})", line_of_key(text, &name)),
+                    message: format!("{key}: {message}"),
+                })?;
+            config.servers.push(server);
+        }
+        Ok(config)
+    }
+
+    /// A config made only of ad-hoc servers from the command line.
+    pub fn from_servers(servers: Vec<ServerConfig>) -> Config {
+        Config {
+            source: None,
+            servers,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Looks a server up by name.
+    pub fn server(&self, name: &str) -> Option<&ServerConfig> {
+        self.servers.iter().find(|s| s.name == name)
+    }
+}
+
+/// The user-wide config file location.
+pub fn user_config_path() -> Option<PathBuf> {
+    dirs::config_dir().map(|d| d.join("tether").join("config.json"))
+}
+
+/// serde_json appends " at line L column C"; we print the position ourselves.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// Finds the line where `"name":` appears so errors in a server block point at it.
+fn line_of_key(text: &str, name: &str) -> String {
+    let needle = format!("\"{name}\"");
+    text.lines()
+        .position(|line| line.contains(&needle))
+        .map(|i| format!("line {}", i + 1))
+        .unwrap_or_else(|| "server block".to_string())
+}
+
+fn strsim_suggest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|c| {
+            (
+                strsim::jaro_winkler(&word.to_lowercase(), &c.to_lowercase()),
+                *c,
+            )
+        })
+        .filter(|(score, _)| *score > 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c)
+}
+
+fn build_server(
+    name: &str,
+    raw: RawServer,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ServerConfig, String> {
+    let sub = |field: &str, value: &str| -> Result<String, String> {
+        substitute(value, env).map_err(|e| format!("{field}: {e}"))
+    };
+    let sub_map = |field: &str, map: &BTreeMap<String, String>| {
+        map.iter()
+            .map(|(k, v)| Ok((k.clone(), sub(&format!("{field}.{k}"), v)?)))
+            .collect::<Result<BTreeMap<_, _>, String>>()
+    };
+    let kind = raw.kind.as_deref().map(str::to_ascii_lowercase);
+    let transport = match (&raw.command, &raw.url) {
+        (Some(_), Some(_)) => {
+            return Err(
+                "has both \"command\" and \"url\"; keep one (command for stdio, url for HTTP)"
+                    .into(),
+            );
+        }
+        (None, None) => {
+            return Err("needs \"command\" (a stdio server) or \"url\" (an HTTP server)".into());
+        }
+        (Some(command), None) => {
+            if let Some(k) = kind.as_deref()
+                && k != "stdio"
+            {
+                return Err(format!(
+                    "\"type\": \"{k}\" needs a \"url\", but this server has a \"command\""
+                ));
+            }
+            Transport::Stdio {
+                command: sub("command", command)?,
+                args: raw
+                    .args
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| sub(&format!("args[{i}]"), a))
+                    .collect::<Result<_, _>>()?,
+                env: sub_map("env", &raw.env)?,
+                cwd: raw
+                    .cwd
+                    .as_deref()
+                    .map(|c| sub("cwd", c))
+                    .transpose()?
+                    .map(PathBuf::from),
+            }
+        }
+        (None, Some(url)) => {
+            let url = sub("url", url)?;
+            let headers = sub_map("headers", &raw.headers)?;
+            match kind.as_deref() {
+                None | Some("http") | Some("streamable-http") | Some("streamablehttp") => {
+                    Transport::Http { url, headers }
+                }
+                Some("sse") => Transport::Sse { url, headers },
+                Some(other) => {
+                    return Err(format!(
+                        "unknown \"type\": \"{other}\"; use \"http\" (Streamable HTTP) or \"sse\" (legacy HTTP+SSE)"
+                    ));
+                }
+            }
+        }
+    };
+    let duration = |field: &str, value: &Option<RawDuration>, default: Duration| {
+        value
+            .as_ref()
+            .map(|d| d.to_duration().map_err(|e| format!("{field}: {e}")))
+            .transpose()
+            .map(|d| d.unwrap_or(default))
+    };
+    Ok(ServerConfig {
+        name: name.to_string(),
+        transport,
+        timeout: duration("timeout", &raw.timeout, DEFAULT_REQUEST_TIMEOUT)?,
+        startup_timeout: duration(
+            "startupTimeout",
+            &raw.startup_timeout,
+            DEFAULT_STARTUP_TIMEOUT,
+        )?,
+        disabled: raw.disabled,
+        allowed_tools: raw.allowed_tools,
+        disabled_tools: raw.disabled_tools,
+    })
+}
+
+/// Expands `${VAR}` and `${VAR:-default}`; `$$` is a literal dollar. An unset variable with no
+/// default is an error, because silently sending an empty token is worse than stopping.
+pub fn substitute(value: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(stripped) = after.strip_prefix('$') {
+            out.push('$');
+            rest = stripped;
+        } else if let Some(body) = after.strip_prefix('{') {
+            let Some(end) = body.find('}') else {
+                return Err(format!("unclosed \"${{\" in \"{value}\""));
+            };
+            let inner = &body[..end];
+            let (var, default) = match inner.split_once(":-") {
+                Some((v, d)) => (v, Some(d)),
+                None => (inner, None),
+            };
+            match (
+                env(var).filter(|v| !v.is_empty() || default.is_none()),
+                default,
+            ) {
+                (Some(v), _) => out.push_str(&v),
+                (None, Some(d)) => out.push_str(d),
+                (None, None) => {
+                    return Err(format!(
+                        "environment variable {var} is not set; export it or write ${{{var}:-default}}"
+                    ));
+                }
+            }
+            rest = &body[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Splits an optional `NAME=` prefix off an ad-hoc server argument.
+fn split_explicit_name(arg: &str) -> (Option<&str>, &str) {
+    match arg.split_once('=') {
+        Some((name, rest))
+            if !name.is_empty()
+                && !rest.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
+        {
+            (Some(name), rest)
+        }
+        _ => (None, arg),
+    }
+}
+
+/// Builds an ad-hoc stdio server from one shell-quoted command line (`--stdio "npx -y pkg"`),
+/// optionally named explicitly (`--stdio "files=npx -y pkg"`).
+pub fn adhoc_stdio(arg: &str, taken: &[String]) -> Result<ServerConfig, McpError> {
+    let (explicit, command_line) = split_explicit_name(arg);
+    let words = shlex::split(command_line)
+        .filter(|w| !w.is_empty())
+        .ok_or_else(|| McpError::Config {
+            place: "--stdio".into(),
+            message: format!("cannot split \"{command_line}\" into words; check the quotes"),
+        })?;
+    let (command, args) = words.split_first().ok_or_else(|| McpError::Config {
+        place: "--stdio".into(),
+        message: "the command is empty; write --stdio \"COMMAND ARGS\"".into(),
+    })?;
+    let base = explicit
+        .map(str::to_string)
+        .unwrap_or_else(|| derive_server_name(&words));
+    let name = unique_name(&base, taken);
+    Ok(ServerConfig::stdio(name, command.clone(), args.to_vec()))
+}
+
+/// Builds an ad-hoc Streamable HTTP server from `--url URL` or `--url NAME=URL`.
+pub fn adhoc_url(arg: &str, taken: &[String]) -> Result<ServerConfig, McpError> {
+    let (explicit, url) = split_explicit_name(arg);
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(McpError::Config {
+            place: "--url".into(),
+            message: format!("\"{url}\" is not an http:// or https:// URL"),
+        });
+    }
+    let host = url.split("://").nth(1).unwrap_or(url);
+    let host = host.split(['/', ':']).next().unwrap_or_default();
+    let first_label = host.split('.').next().unwrap_or_default();
+    let is_local = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok();
+    let base = if let Some(name) = explicit {
+        name.to_string()
+    } else if is_local || first_label.is_empty() {
+        "http".to_string()
+    } else {
+        sanitize_name(first_label)
+    };
+    Ok(ServerConfig::http(unique_name(&base, taken), url))
+}
+
+fn unique_name(base: &str, taken: &[String]) -> String {
+    if !taken.iter().any(|t| t == base) {
+        return base.to_string();
+    }
+    (2..)
+        .map(|n| format!("{base}-{n}"))
+        .find(|candidate| !taken.iter().any(|t| t == candidate))
+        .unwrap_or_else(|| base.to_string())
+}
+
+/// Guesses a short server name from a command line: the package or program, without runner
+/// words (`npx -y`, `node`, `uvx`), scopes, versions and `mcp-server-` style prefixes, so
+/// `npx -y @modelcontextprotocol/server-everything@2026.8.31` becomes `everything`.
+pub fn derive_server_name(words: &[String]) -> String {
+    const RUNNERS: &[&str] = &[
+        "npx", "node", "bunx", "bun", "deno", "uvx", "uv", "pipx", "python", "python3", "run",
+        "exec", "dlx", "pnpm", "yarn", "npm", "docker",
+    ];
+    let candidate = words.iter().find(|w| {
+        let base = w.rsplit('/').next().unwrap_or(w);
+        !w.starts_with('-')
+            && !RUNNERS.contains(&base)
+            && !matches!(
+                base,
+                "index.js" | "main.py" | "server.py" | "dist" | "stdio"
+            )
+    });
+    let Some(word) = candidate else {
+        return "server".into();
+    };
+    let mut name = word.as_str();
+    // Scoped npm package "@scope/pkg@ver" or a path: keep the last segment.
+    if let Some(rest) = name.strip_prefix('@') {
+        name = rest;
+    }
+    name = name.rsplit('/').next().unwrap_or(name);
+    name = name.split('@').next().unwrap_or(name);
+    name = name.split("==").next().unwrap_or(name);
+    for suffix in [".js", ".mjs", ".cjs", ".py", ".ts"] {
+        name = name.strip_suffix(suffix).unwrap_or(name);
+    }
+    for prefix in ["mcp-server-", "server-", "mcp_server_", "mcp-"] {
+        name = name.strip_prefix(prefix).unwrap_or(name);
+    }
+    for suffix in ["-mcp-server", "-mcp", "-server"] {
+        name = name.strip_suffix(suffix).unwrap_or(name);
+    }
+    let name = sanitize_name(name);
+    if name.is_empty() {
+        "server".into()
+    } else {
+        name
+    }
+}
+
+fn sanitize_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .trim_matches('-')
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, McpError> {
+        Config::parse_with_env(text, Path::new("cfg.json"), &|v| match v {
+            "HOME_DIR" => Some("/home/u".into()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn claude_desktop_shape_parses_unchanged() {
+        let config = parse(
+            r#"{"mcpServers": {
+                "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "${HOME_DIR}"], "autoApprove": []},
+                "remote": {"url": "http://127.0.0.1:9/mcp", "headers": {"X-Key": "${KEY:-none}"}, "timeout": "500ms"},
+                "old": {"type": "sse", "url": "http://127.0.0.1:9/sse", "disabled": true}
+            }}"#,
+        )
+        .unwrap();
+        assert_eq!(config.servers.len(), 3);
+        assert_eq!(config.servers[0].name, "files");
+        let Transport::Stdio { args, .. } = &config.servers[0].transport else {
+            panic!()
+        };
+        assert_eq!(args[2], "/home/u");
+        let Transport::Http { headers, .. } = &config.servers[1].transport else {
+            panic!()
+        };
+        assert_eq!(headers["X-Key"], "none");
+        assert_eq!(config.servers[1].timeout, Duration::from_millis(500));
+        assert!(matches!(config.servers[2].transport, Transport::Sse { .. }));
+        assert!(config.servers[2].disabled);
+        // Another host's key is tolerated but mentioned.
+        assert_eq!(config.warnings.len(), 1);
+        assert!(config.warnings[0].contains("autoApprove"));
+    }
+
+    #[test]
+    fn syntax_error_names_file_line_and_column() {
+        let err =
+            parse("{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\",}\n  }\n}").unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("config cfg.json:3:"), "{text}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let err =
+            parse(r#"{"mcpServers": {"a": {"command": "x", "args": "not-a-list"}}}"#).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("mcpServers.a.args"), "{text}");
+        assert!(text.contains("expected a sequence"), "{text}");
+    }
+
+    #[test]
+    fn missing_command_and_url_says_what_to_add() {
+        let err = parse(r#"{"mcpServers": {"a": {"comand": "x"}}}"#).unwrap_err();
+        assert!(err.to_string().contains("needs \"command\""), "{err}");
+    }
+
+    #[test]
+    fn typo_warning_suggests_the_key() {
+        let config = parse(r#"{"mcpServers": {"a": {"command": "x", "arsg": []}}}"#).unwrap();
+        assert!(
+            config.warnings[0].contains("did you mean \"args\""),
+            "{:?}",
+            config.warnings
+        );
+    }
+
+    #[test]
+    fn unset_variable_without_default_is_an_error() {
+        let err = parse(r#"{"mcpServers": {"a": {"command": "x", "env": {"T": "${TOKEN}"}}}}"#)
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("mcpServers.a: env.T: environment variable TOKEN is not set"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn substitution_forms() {
+        let env = |v: &str| (v == "A").then(|| "1".to_string());
+        assert_eq!(substitute("x${A}y", &env).unwrap(), "x1y");
+        assert_eq!(substitute("${B:-dflt}", &env).unwrap(), "dflt");
+        assert_eq!(substitute("$$HOME $5", &env).unwrap(), "$HOME $5");
+        assert!(substitute("${A", &env).is_err());
+    }
+
+    #[test]
+    fn tool_filters_use_globs() {
+        let mut s = ServerConfig::stdio("a", "x", vec![]);
+        s.allowed_tools = Some(vec!["read_*".into(), "list".into()]);
+        s.disabled_tools = vec!["read_secret*".into()];
+        assert!(s.offers_tool("read_file"));
+        assert!(s.offers_tool("list"));
+        assert!(!s.offers_tool("write_file"));
+        assert!(!s.offers_tool("read_secret_key"));
+        assert!(glob_match("*", "anything"));
+        assert!(glob_match("a*c*e", "abcde"));
+        assert!(!glob_match("a*c*e", "abcdf"));
+    }
+
+    #[test]
+    fn adhoc_names_are_short_and_unique() {
+        let words = |s: &str| shlex::split(s).unwrap();
+        assert_eq!(
+            derive_server_name(&words(
+                "npx -y @modelcontextprotocol/server-everything@2026.8.31"
+            )),
+            "everything"
+        );
+        assert_eq!(
+            derive_server_name(&words(
+                "peers/node_modules/.bin/mcp-server-everything stdio"
+            )),
+            "everything"
+        );
+        assert_eq!(
+            derive_server_name(&words("uvx mcp-server-time --local-timezone UTC")),
+            "time"
+        );
+        assert_eq!(
+            derive_server_name(&words("python3 my_tools.py")),
+            "my_tools"
+        );
+        let taken = vec!["everything".to_string()];
+        let s = adhoc_stdio("mcp-server-everything", &taken).unwrap();
+        assert_eq!(s.name, "everything-2");
+        assert!(adhoc_url("ftp://x", &[]).is_err());
+        assert_eq!(adhoc_stdio("files=npx -y pkg", &[]).unwrap().name, "files");
+        assert_eq!(
+            adhoc_url("ev=http://127.0.0.1:1/mcp", &[]).unwrap().name,
+            "ev"
+        );
+        assert_eq!(
+            adhoc_url("http://127.0.0.1:3001/mcp", &[]).unwrap().name,
+            "http"
+        );
+        assert_eq!(
+            adhoc_url("https://mcp.example.com/mcp", &[]).unwrap().name,
+            "mcp"
+        );
+    }
+}

@@ -1,0 +1,439 @@
+//! One live connection to one MCP server, over stdio or Streamable HTTP, in whichever
+//! protocol era the server speaks. This is the only module that touches rmcp's client API;
+//! everything it returns is a `tether-protocol` type or an [`McpError`].
+//!
+//! The era is picked automatically: we probe `server/discover` (2026-07-28) and fall back to
+//! the `initialize` handshake (2025-11-25) when the server is legacy. Every request is bounded
+//! by the server's configured timeout.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
+};
+use rmcp::service::{RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use tether_protocol::{
+    Prompt, PromptResult, ProtocolEra, Resource, ResourceContents, ResourceTemplate, ServerSummary,
+    Tool, ToolResult,
+};
+
+use crate::config::{ServerConfig, Transport};
+use crate::error::{McpError, near_matches};
+use crate::stdio::StdioProcess;
+
+/// The first protocol version of the modern (stateless) era.
+const FIRST_MODERN_VERSION: &str = "2026-07-28";
+
+/// A connected server.
+pub struct ServerConnection {
+    config: ServerConfig,
+    client: RunningService<RoleClient, ClientConfig>,
+    summary: ServerSummary,
+    startup: Duration,
+    process: Option<StdioProcess>,
+}
+
+impl std::fmt::Debug for ServerConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConnection")
+            .field("name", &self.config.name)
+            .field("summary", &self.summary)
+            .finish_non_exhaustive()
+    }
+}
+
+fn client_config() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("tether", env!("CARGO_PKG_VERSION")),
+    )
+    .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::V_2025_11_25),
+    }
+}
+
+impl ServerConnection {
+    /// Starts (stdio) or reaches (HTTP) the server and completes the handshake within its
+    /// startup timeout.
+    pub async fn connect(config: &ServerConfig) -> Result<ServerConnection, McpError> {
+        let started = Instant::now();
+        let name = config.name.as_str();
+        let (client, process) = match &config.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let (process, pipes) = StdioProcess::spawn(name, command, args, env, cwd.as_ref())?;
+                let outcome = tokio::time::timeout(
+                    config.startup_timeout,
+                    client_config().serve_with_lifecycle(pipes, lifecycle()),
+                )
+                .await;
+                match outcome {
+                    Ok(Ok(client)) => (client, Some(process)),
+                    Ok(Err(error)) => {
+                        tracing::debug!(server = name, "handshake failed: {error:?}");
+                        let note = process.death_note().await;
+                        process.stop().await;
+                        return Err(McpError::Unreachable {
+                            server: name.to_string(),
+                            detail: format!("failed during startup: {note}"),
+                        });
+                    }
+                    Err(_) => {
+                        let hint = process.hint();
+                        process.stop().await;
+                        return Err(McpError::Timeout {
+                            server: name.to_string(),
+                            operation: "startup".into(),
+                            after: config.startup_timeout,
+                            hint: Some(hint.unwrap_or_else(|| {
+                                "it never answered the handshake; raise \"startupTimeout\" if it is just slow".into()
+                            })),
+                        });
+                    }
+                }
+            }
+            Transport::Http { url, headers } => {
+                install_tls_provider();
+                let mut header_map = HashMap::new();
+                for (key, value) in headers {
+                    let bad = |what: &str| McpError::Config {
+                        place: format!("mcpServers.{name}.headers"),
+                        message: format!("{what} \"{key}\" is not a valid HTTP header"),
+                    };
+                    let key_parsed =
+                        http::HeaderName::from_bytes(key.as_bytes()).map_err(|_| bad("name"))?;
+                    let value_parsed =
+                        http::HeaderValue::from_str(value).map_err(|_| bad("value of"))?;
+                    header_map.insert(key_parsed, value_parsed);
+                }
+                let transport = StreamableHttpClientTransport::from_config(
+                    StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                        .custom_headers(header_map),
+                );
+                let outcome = tokio::time::timeout(
+                    config.startup_timeout,
+                    client_config().serve_with_lifecycle(transport, lifecycle()),
+                )
+                .await;
+                match outcome {
+                    Ok(Ok(client)) => (client, None),
+                    Ok(Err(error)) => {
+                        return Err(McpError::Unreachable {
+                            server: name.to_string(),
+                            detail: format!("cannot connect to {url}: {}", error_chain(&error)),
+                        });
+                    }
+                    Err(_) => {
+                        return Err(McpError::Timeout {
+                            server: name.to_string(),
+                            operation: format!("connecting to {url}"),
+                            after: config.startup_timeout,
+                            hint: None,
+                        });
+                    }
+                }
+            }
+            Transport::Sse { url, .. } => {
+                return Err(McpError::Unreachable {
+                    server: name.to_string(),
+                    detail: format!(
+                        "{url} uses the deprecated HTTP+SSE transport, which Tether does not speak yet; use the server's Streamable HTTP endpoint (\"type\": \"http\")"
+                    ),
+                });
+            }
+        };
+        let summary = summarize(&client);
+        Ok(ServerConnection {
+            config: config.clone(),
+            client,
+            summary,
+            startup: started.elapsed(),
+            process,
+        })
+    }
+
+    /// The server's config name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Its config.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// What the server told us about itself.
+    pub fn summary(&self) -> &ServerSummary {
+        &self.summary
+    }
+
+    /// Time from spawn (or first request) to a finished handshake.
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+
+    /// Its tools (all pages), minus those the config filters out.
+    pub async fn list_tools(&self) -> Result<Vec<Tool>, McpError> {
+        if !self.summary.has_capability("tools") {
+            return Ok(Vec::new());
+        }
+        let tools = self
+            .request("tools/list", self.client.list_all_tools())
+            .await?;
+        let tools: Vec<Tool> = self.convert("tools/list", tools)?;
+        Ok(tools
+            .into_iter()
+            .filter(|t| self.config.offers_tool(&t.name))
+            .collect())
+    }
+
+    /// Finds one tool by name, with near matches in the error.
+    pub async fn find_tool(&self, name: &str) -> Result<Tool, McpError> {
+        let tools = self.list_tools().await?;
+        if let Some(tool) = tools.iter().find(|t| t.name == name) {
+            return Ok(tool.clone());
+        }
+        Err(McpError::UnknownItem {
+            server: self.config.name.clone(),
+            what: "tool",
+            name: name.to_string(),
+            suggestions: near_matches(name, tools.iter().map(|t| t.name.as_str())),
+        })
+    }
+
+    /// Calls a tool. A tool that reports failure is `Ok` with `is_error` set; `Err` means the
+    /// call itself failed (timeout, protocol error, server gone).
+    pub async fn call_tool(
+        &self,
+        tool: &str,
+        arguments: Option<Map<String, Value>>,
+    ) -> Result<ToolResult, McpError> {
+        if !self.config.offers_tool(tool) {
+            return Err(McpError::InvalidArguments(format!(
+                "server \"{}\": tool \"{tool}\" is filtered out by allowedTools/disabledTools in the config",
+                self.config.name
+            )));
+        }
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        if let Some(arguments) = arguments {
+            params = params.with_arguments(arguments);
+        }
+        let operation = format!("tool \"{tool}\"");
+        let result = self
+            .request(&operation, self.client.call_tool(params))
+            .await?;
+        self.convert(&operation, result)
+    }
+
+    /// Its resources (all pages).
+    pub async fn list_resources(&self) -> Result<Vec<Resource>, McpError> {
+        if !self.summary.has_capability("resources") {
+            return Ok(Vec::new());
+        }
+        let list = self
+            .request("resources/list", self.client.list_all_resources())
+            .await?;
+        self.convert("resources/list", list)
+    }
+
+    /// Its resource templates (all pages).
+    pub async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, McpError> {
+        if !self.summary.has_capability("resources") {
+            return Ok(Vec::new());
+        }
+        let list = self
+            .request(
+                "resources/templates/list",
+                self.client.list_all_resource_templates(),
+            )
+            .await?;
+        self.convert("resources/templates/list", list)
+    }
+
+    /// Reads one resource.
+    pub async fn read_resource(&self, uri: &str) -> Result<Vec<ResourceContents>, McpError> {
+        let operation = format!("reading \"{uri}\"");
+        let params = self.convert(&operation, serde_json::json!({ "uri": uri }))?;
+        let result = self
+            .request(&operation, self.client.read_resource(params))
+            .await?;
+        let value = serde_json::to_value(result).unwrap_or_default();
+        self.convert(
+            &operation,
+            value.get("contents").cloned().unwrap_or_default(),
+        )
+    }
+
+    /// Its prompts (all pages).
+    pub async fn list_prompts(&self) -> Result<Vec<Prompt>, McpError> {
+        if !self.summary.has_capability("prompts") {
+            return Ok(Vec::new());
+        }
+        let list = self
+            .request("prompts/list", self.client.list_all_prompts())
+            .await?;
+        self.convert("prompts/list", list)
+    }
+
+    /// Expands a prompt with its arguments.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+    ) -> Result<PromptResult, McpError> {
+        let operation = format!("prompt \"{name}\"");
+        let params = self.convert(
+            &operation,
+            serde_json::json!({ "name": name, "arguments": arguments }),
+        )?;
+        let result = self
+            .request(&operation, self.client.get_prompt(params))
+            .await?;
+        self.convert(&operation, result)
+    }
+
+    /// Ends the session: closes the transport, then lets a child exit or kills it.
+    pub async fn close(self) {
+        let ServerConnection {
+            client, process, ..
+        } = self;
+        let _ = tokio::time::timeout(Duration::from_secs(2), client.cancel()).await;
+        if let Some(process) = process {
+            process.stop().await;
+        }
+    }
+
+    /// Runs one request under the server's timeout and turns failures into [`McpError`].
+    async fn request<T>(
+        &self,
+        operation: &str,
+        future: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, McpError> {
+        let server = self.config.name.clone();
+        match tokio::time::timeout(self.config.timeout, future).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(ServiceError::McpError(error))) => Err(McpError::Rpc {
+                server,
+                operation: operation.to_string(),
+                code: error.code.0,
+                message: error.message.to_string(),
+            }),
+            Ok(Err(error)) => {
+                let detail = match &self.process {
+                    Some(process)
+                        if matches!(
+                            error,
+                            ServiceError::TransportClosed | ServiceError::TransportSend(_)
+                        ) =>
+                    {
+                        format!("{operation} failed: {}", process.death_note().await)
+                    }
+                    _ => format!("{operation} failed: {}", error_chain(&error)),
+                };
+                Err(McpError::Unreachable { server, detail })
+            }
+            Err(_) => Err(McpError::Timeout {
+                server,
+                operation: operation.to_string(),
+                after: self.config.timeout,
+                hint: self.process.as_ref().and_then(StdioProcess::hint),
+            }),
+        }
+    }
+
+    /// Converts between rmcp's and our types through their shared wire shape.
+    fn convert<T: Serialize, U: DeserializeOwned>(
+        &self,
+        operation: &str,
+        value: T,
+    ) -> Result<U, McpError> {
+        serde_json::to_value(value)
+            .and_then(serde_json::from_value)
+            .map_err(|e| McpError::Unreachable {
+                server: self.config.name.clone(),
+                detail: format!(
+                    "{operation}: the server's answer does not match the MCP schema: {e}"
+                ),
+            })
+    }
+}
+
+/// rustls needs one process-wide crypto provider; the first HTTP connection installs ring.
+fn install_tls_provider() {
+    // Fails only when a provider is already installed, which is what we want anyway.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// An error with its sources, on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        let part = inner.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = inner.source();
+    }
+    text
+}
+
+fn summarize(client: &RunningService<RoleClient, ClientConfig>) -> ServerSummary {
+    let info = client.peer_info();
+    let protocol_version = info
+        .as_ref()
+        .and_then(|i| serde_json::to_value(&i.protocol_version).ok())
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into());
+    let era = if protocol_version.as_str() >= FIRST_MODERN_VERSION {
+        ProtocolEra::Modern
+    } else {
+        ProtocolEra::Legacy
+    };
+    let mut capabilities = Vec::new();
+    if let Some(Value::Object(caps)) = info
+        .as_ref()
+        .and_then(|i| serde_json::to_value(&i.capabilities).ok())
+    {
+        for (name, value) in caps {
+            if value.is_null() {
+                continue;
+            }
+            capabilities.push(name.clone());
+            if let Value::Object(flags) = value {
+                for (flag, on) in flags {
+                    if on == Value::Bool(true) {
+                        capabilities.push(format!("{name}.{flag}"));
+                    }
+                }
+            }
+        }
+    }
+    let implementation = info.as_ref().and_then(|i| i.server_info.as_ref());
+    ServerSummary {
+        implementation: implementation.map(|i| i.name.clone()),
+        version: implementation.map(|i| i.version.clone()),
+        protocol_version,
+        era,
+        capabilities,
+        instructions: info.as_ref().and_then(|i| i.instructions.clone()),
+    }
+}

@@ -1,0 +1,192 @@
+//! The one error type of the MCP layer. Every message names the server (or config place)
+//! and the operation, and says what to do where there is something to do.
+
+use std::time::Duration;
+
+/// Everything that can go wrong between Tether and its MCP servers.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum McpError {
+    /// The configuration (file or command line) is malformed.
+    #[error("config {place}: {message}")]
+    Config {
+        /// File with line and column, or the flag.
+        place: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// No server by that name.
+    #[error("unknown server \"{name}\"{}", suggestion_suffix(suggestions, known))]
+    UnknownServer {
+        /// The name asked for.
+        name: String,
+        /// Close matches.
+        suggestions: Vec<String>,
+        /// Every configured server, when there are few enough to list.
+        known: Vec<String>,
+    },
+    /// The server has no tool (or prompt, or resource) by that name.
+    #[error("server \"{server}\": unknown {what} \"{name}\"{}", suggestion_suffix(suggestions, &[]))]
+    UnknownItem {
+        /// The server asked.
+        server: String,
+        /// `tool`, `prompt`, …
+        what: &'static str,
+        /// The name asked for.
+        name: String,
+        /// Close matches.
+        suggestions: Vec<String>,
+    },
+    /// The server is disabled in the config.
+    #[error("server \"{0}\" is disabled in the config; remove \"disabled\": true to use it")]
+    Disabled(String),
+    /// The server could not be started or reached, or it went away.
+    #[error("server \"{server}\": {detail}")]
+    Unreachable {
+        /// Server name.
+        server: String,
+        /// What happened, with the server's own last words when we have them.
+        detail: String,
+    },
+    /// The server did not answer in time.
+    #[error("server \"{server}\": {operation} timed out after {}{}", fmt_duration(*after), hint.as_deref().map(|h| format!(" ({h})")).unwrap_or_default())]
+    Timeout {
+        /// Server name.
+        server: String,
+        /// What we were waiting for, e.g. `tool "read"`.
+        operation: String,
+        /// How long we waited.
+        after: Duration,
+        /// What the server did meanwhile (non-JSON output, stderr), when known.
+        hint: Option<String>,
+    },
+    /// The server answered with a JSON-RPC error.
+    #[error("server \"{server}\": {operation} failed: {message} (code {code})")]
+    Rpc {
+        /// Server name.
+        server: String,
+        /// What we asked for.
+        operation: String,
+        /// JSON-RPC error code.
+        code: i32,
+        /// The server's message.
+        message: String,
+    },
+    /// Arguments given by the user do not make a valid request.
+    #[error("{0}")]
+    InvalidArguments(String),
+}
+
+/// Coarse classes of failure; front ends map them to exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The user's input or config is wrong.
+    Usage,
+    /// A server could not be reached or stopped answering.
+    Unreachable,
+    /// The server understood and refused.
+    Server,
+}
+
+impl McpError {
+    /// Which class of failure this is.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            McpError::Config { .. }
+            | McpError::UnknownServer { .. }
+            | McpError::UnknownItem { .. }
+            | McpError::Disabled(_)
+            | McpError::InvalidArguments(_) => ErrorClass::Usage,
+            McpError::Unreachable { .. } | McpError::Timeout { .. } => ErrorClass::Unreachable,
+            McpError::Rpc { .. } => ErrorClass::Server,
+        }
+    }
+}
+
+fn suggestion_suffix(suggestions: &[String], known: &[String]) -> String {
+    let quote = |v: &[String]| {
+        v.iter()
+            .map(|s| format!("\"{s}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !suggestions.is_empty() {
+        format!("; did you mean {}?", quote(suggestions))
+    } else if !known.is_empty() {
+        format!("; configured: {}", quote(known))
+    } else {
+        String::new()
+    }
+}
+
+/// `30s`, `1.5s`, `250ms`: short and exact enough for messages.
+pub fn fmt_duration(d: Duration) -> String {
+    if d.as_millis() < 1000 {
+        format!("{}ms", d.as_millis())
+    } else if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+/// Names from `candidates` close to `wanted`, best first, at most three.
+pub fn near_matches<'a>(
+    wanted: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    let wanted_lower = wanted.to_lowercase();
+    let mut scored: Vec<(f64, &str)> = candidates
+        .into_iter()
+        .map(|c| {
+            let lower = c.to_lowercase();
+            let mut score = strsim::jaro_winkler(&wanted_lower, &lower);
+            if lower.contains(&wanted_lower) || wanted_lower.contains(&lower) {
+                score = score.max(0.9);
+            }
+            (score, c)
+        })
+        .filter(|(score, _)| *score >= 0.75)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scored
+        .into_iter()
+        .take(3)
+        .map(|(_, c)| c.to_string())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_place_and_the_fix() {
+        let e = McpError::UnknownServer {
+            name: "everythin".into(),
+            suggestions: near_matches("everythin", ["everything", "time"]),
+            known: vec![],
+        };
+        assert_eq!(
+            e.to_string(),
+            "unknown server \"everythin\"; did you mean \"everything\"?"
+        );
+        let e = McpError::Timeout {
+            server: "files".into(),
+            operation: "tool \"read\"".into(),
+            after: Duration::from_secs(30),
+            hint: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "server \"files\": tool \"read\" timed out after 30s"
+        );
+        assert_eq!(e.class(), ErrorClass::Unreachable);
+    }
+
+    #[test]
+    fn near_matches_prefers_close_names() {
+        let got = near_matches("get_sum", ["get-sum", "echo", "get-env"]);
+        assert_eq!(got.first().map(String::as_str), Some("get-sum"));
+        assert!(!got.contains(&"echo".to_string()));
+    }
+}

@@ -1,0 +1,16 @@
+//! Tether's MCP layer: reads the server configuration, starts and connects servers over stdio
+//! or Streamable HTTP in either protocol era, and exposes their tools, resources and prompts as
+//! `tether-protocol` types. This is the only crate that knows rmcp.
+
+pub mod config;
+pub mod connection;
+pub mod error;
+pub mod registry;
+pub mod router;
+mod stdio;
+
+pub use config::{Config, ServerConfig, Transport};
+pub use connection::ServerConnection;
+pub use error::{ErrorClass, McpError};
+pub use registry::{ServerEntry, ServerRegistry, ServerState};
+pub use router::ToolRouter;

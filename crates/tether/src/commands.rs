@@ -1,0 +1,344 @@
+//! The tester commands: each starts only the servers it needs, asks them, prints through
+//! `render`, and shuts the servers down before returning.
+
+use futures::future::join_all;
+use serde_json::{Value, json};
+use tether_mcp::config::{adhoc_stdio, adhoc_url};
+use tether_mcp::{Config, McpError, ServerConfig, ServerRegistry, ServerState};
+
+use crate::render;
+use crate::{Command, Failure, GlobalArgs};
+
+/// Runs one command to completion.
+pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
+    let servers = server_configs(&global)?;
+    let json = global.json;
+    match command {
+        Command::Servers => servers_command(&servers, json).await,
+        Command::Tools { server, schema } => {
+            let registry = start(&servers, server.as_deref()).await?;
+            let outcome = tools_command(&registry, json, schema).await;
+            registry.shutdown().await;
+            outcome
+        }
+        Command::Call { server, tool, args } => {
+            let registry = start(&servers, Some(&server)).await?;
+            let outcome = call_command(&registry, &server, &tool, &args, json).await;
+            registry.shutdown().await;
+            outcome
+        }
+        Command::Resources { server } => {
+            let registry = start(&servers, server.as_deref()).await?;
+            let outcome = resources_command(&registry, json).await;
+            registry.shutdown().await;
+            outcome
+        }
+        Command::Read { server, uri } => {
+            let registry = start(&servers, Some(&server)).await?;
+            let outcome = read_command(&registry, &server, &uri, json).await;
+            registry.shutdown().await;
+            outcome
+        }
+        Command::Prompts { server } => {
+            let registry = start(&servers, server.as_deref()).await?;
+            let outcome = prompts_command(&registry, json).await;
+            registry.shutdown().await;
+            outcome
+        }
+        Command::Prompt { server, name, args } => {
+            let registry = start(&servers, Some(&server)).await?;
+            let outcome = prompt_command(&registry, &server, &name, &args, json).await;
+            registry.shutdown().await;
+            outcome
+        }
+    }
+}
+
+/// The servers of this run: ad-hoc flags, plus the config file when it is named or when no
+/// ad-hoc server is given.
+fn server_configs(global: &GlobalArgs) -> Result<Vec<ServerConfig>, Failure> {
+    let adhoc = !global.stdio.is_empty() || !global.url.is_empty();
+    let mut servers = if !adhoc || global.config.is_some() {
+        let config = Config::discover(global.config.as_deref())?;
+        for warning in &config.warnings {
+            tracing::warn!("{warning}");
+        }
+        config.servers
+    } else {
+        Vec::new()
+    };
+    let timeout = match global.timeout {
+        Some(secs) if secs.is_finite() && secs > 0.0 => {
+            Some(std::time::Duration::from_secs_f64(secs))
+        }
+        Some(secs) => {
+            return Err(Failure::usage(format!(
+                "--timeout {secs}: give a positive number of seconds"
+            )));
+        }
+        None => None,
+    };
+    let names =
+        |servers: &[ServerConfig]| servers.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+    for line in &global.stdio {
+        let mut server = adhoc_stdio(line, &names(&servers))?;
+        if let Some(t) = timeout {
+            server.timeout = t;
+        }
+        servers.push(server);
+    }
+    for url in &global.url {
+        let mut server = adhoc_url(url, &names(&servers))?;
+        if let Some(t) = timeout {
+            server.timeout = t;
+        }
+        servers.push(server);
+    }
+    Ok(servers)
+}
+
+/// Starts one named server, or all of them.
+async fn start(servers: &[ServerConfig], only: Option<&str>) -> Result<ServerRegistry, Failure> {
+    match only {
+        Some(name) => Ok(ServerRegistry::start_one(servers, name).await?),
+        None if servers.is_empty() => Err(Failure::usage(
+            "no MCP servers configured; pass --stdio \"COMMAND ARGS\" or --url URL, or write .tether.json (see README)",
+        )),
+        None => Ok(ServerRegistry::start(servers.to_vec()).await),
+    }
+}
+
+/// Fails with exit code 2 after the output if any server could not be used.
+fn partial_failure(errors: Vec<String>) -> Result<(), Failure> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let count = errors.len();
+    for error in &errors[..count - 1] {
+        eprintln!("error: {error}");
+    }
+    Err(Failure::partial(errors[count - 1].clone()))
+}
+
+/// For a single-server command: the failure of that server, if it failed to start.
+fn single_failure(registry: &ServerRegistry, server: &str) -> Result<(), Failure> {
+    registry
+        .connection(server)
+        .map(|_| ())
+        .map_err(Failure::from)
+}
+
+async fn servers_command(servers: &[ServerConfig], json: bool) -> Result<(), Failure> {
+    if servers.is_empty() {
+        return Err(Failure::usage(
+            "no MCP servers configured; pass --stdio \"COMMAND ARGS\" or --url URL, or write .tether.json (see README)",
+        ));
+    }
+    let registry = ServerRegistry::start(servers.to_vec()).await;
+    let rows = join_all(registry.entries().iter().map(|entry| async move {
+        let mut row = json!({
+            "name": entry.name(),
+            "endpoint": entry.config.endpoint(),
+        });
+        match &entry.state {
+            ServerState::Connected(c) => {
+                let (tools, resources, templates, prompts) = tokio::join!(
+                    c.list_tools(),
+                    c.list_resources(),
+                    c.list_resource_templates(),
+                    c.list_prompts()
+                );
+                let summary = c.summary();
+                row["status"] = json!("connected");
+                row["implementation"] = json!(summary.implementation);
+                row["version"] = json!(summary.version);
+                row["protocolVersion"] = json!(summary.protocol_version);
+                row["era"] = json!(summary.era);
+                row["capabilities"] = json!(summary.capabilities);
+                row["startMs"] = json!(c.startup_time().as_millis() as u64);
+                let count = |r: Result<usize, McpError>, key: &str, row: &mut Value| match r {
+                    Ok(n) => row[key] = json!(n),
+                    Err(e) => {
+                        row[key] = Value::Null;
+                        row["error"] = json!(e.to_string());
+                    }
+                };
+                count(tools.map(|v| v.len()), "tools", &mut row);
+                count(resources.map(|v| v.len()), "resources", &mut row);
+                count(templates.map(|v| v.len()), "resourceTemplates", &mut row);
+                count(prompts.map(|v| v.len()), "prompts", &mut row);
+            }
+            ServerState::Failed(error) => {
+                row["status"] = json!("failed");
+                row["startMs"] = json!(entry.elapsed.as_millis() as u64);
+                row["error"] = json!(error.to_string());
+            }
+            ServerState::Disabled => row["status"] = json!("disabled"),
+        }
+        row
+    }))
+    .await;
+    registry.shutdown().await;
+    if json {
+        render::print_json(&Value::Array(rows.clone()));
+    } else {
+        render::servers(&rows);
+    }
+    let failed: Vec<String> = rows
+        .iter()
+        .filter(|r| {
+            r["status"] == "failed" || (r["status"] == "connected" && r.get("error").is_some())
+        })
+        .map(|r| r["error"].as_str().unwrap_or("failed").to_string())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::partial(format!(
+            "{} of {} servers failed; see the table above",
+            failed.len(),
+            rows.len()
+        )))
+    }
+}
+
+async fn tools_command(registry: &ServerRegistry, json: bool, schema: bool) -> Result<(), Failure> {
+    let (router, list_errors) = registry.tool_router().await;
+    if json {
+        render::print_json(&json!(router.tools()));
+    } else {
+        render::tools(router.tools(), schema);
+    }
+    let mut errors: Vec<String> = registry.failures().map(|e| e.to_string()).collect();
+    errors.extend(list_errors.iter().map(|e| e.to_string()));
+    partial_failure(errors)
+}
+
+async fn call_command(
+    registry: &ServerRegistry,
+    server: &str,
+    tool: &str,
+    words: &[String],
+    json: bool,
+) -> Result<(), Failure> {
+    single_failure(registry, server)?;
+    let connection = registry.connection(server)?;
+    let spec = connection.find_tool(tool).await?;
+    let arguments = crate::arguments::tool_arguments(words, &spec.input_schema)
+        .map_err(|e| Failure::usage(format!("server \"{server}\": tool \"{tool}\": {e}")))?;
+    let result = connection.call_tool(tool, Some(arguments)).await?;
+    if json {
+        render::print_json(&json!(result));
+    } else {
+        render::tool_result(server, tool, &result);
+    }
+    if result.is_error {
+        if !json {
+            eprintln!("error: server \"{server}\": tool \"{tool}\" returned an error (isError)");
+        }
+        return Err(Failure::tool_error());
+    }
+    Ok(())
+}
+
+async fn resources_command(registry: &ServerRegistry, json: bool) -> Result<(), Failure> {
+    let listings = join_all(registry.connections().map(|c| async move {
+        let (resources, templates) = tokio::join!(c.list_resources(), c.list_resource_templates());
+        (c.name().to_string(), resources, templates)
+    }))
+    .await;
+    let mut errors: Vec<String> = registry.failures().map(|e| e.to_string()).collect();
+    let mut out = Vec::new();
+    for (name, resources, templates) in listings {
+        match (resources, templates) {
+            (Ok(resources), Ok(templates)) => out.push((name, resources, templates)),
+            (Err(e), _) | (_, Err(e)) => errors.push(e.to_string()),
+        }
+    }
+    if json {
+        let value: Vec<Value> = out
+            .iter()
+            .map(|(name, r, t)| json!({"server": name, "resources": r, "resourceTemplates": t}))
+            .collect();
+        render::print_json(&Value::Array(value));
+    } else {
+        render::resources(&out);
+    }
+    partial_failure(errors)
+}
+
+async fn read_command(
+    registry: &ServerRegistry,
+    server: &str,
+    uri: &str,
+    json: bool,
+) -> Result<(), Failure> {
+    single_failure(registry, server)?;
+    let contents = registry.connection(server)?.read_resource(uri).await?;
+    if json {
+        render::print_json(&json!({ "contents": contents }));
+    } else {
+        render::resource_contents(server, &contents);
+    }
+    Ok(())
+}
+
+async fn prompts_command(registry: &ServerRegistry, json: bool) -> Result<(), Failure> {
+    let listings = join_all(
+        registry
+            .connections()
+            .map(|c| async move { (c.name().to_string(), c.list_prompts().await) }),
+    )
+    .await;
+    let mut errors: Vec<String> = registry.failures().map(|e| e.to_string()).collect();
+    let mut out = Vec::new();
+    for (name, prompts) in listings {
+        match prompts {
+            Ok(prompts) => out.push((name, prompts)),
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    if json {
+        let value: Vec<Value> = out
+            .iter()
+            .map(|(name, p)| json!({"server": name, "prompts": p}))
+            .collect();
+        render::print_json(&Value::Array(value));
+    } else {
+        render::prompts(&out);
+    }
+    partial_failure(errors)
+}
+
+async fn prompt_command(
+    registry: &ServerRegistry,
+    server: &str,
+    name: &str,
+    words: &[String],
+    json: bool,
+) -> Result<(), Failure> {
+    single_failure(registry, server)?;
+    let connection = registry.connection(server)?;
+    let arguments = crate::arguments::prompt_arguments(words)
+        .map_err(|e| Failure::usage(format!("server \"{server}\": prompt \"{name}\": {e}")))?;
+    let prompts = connection.list_prompts().await?;
+    if !prompts.iter().any(|p| p.name == name) {
+        return Err(McpError::UnknownItem {
+            server: server.to_string(),
+            what: "prompt",
+            name: name.to_string(),
+            suggestions: tether_mcp::error::near_matches(
+                name,
+                prompts.iter().map(|p| p.name.as_str()),
+            ),
+        }
+        .into());
+    }
+    let result = connection.get_prompt(name, arguments).await?;
+    if json {
+        render::print_json(&json!(result));
+    } else {
+        render::prompt_result(server, &result);
+    }
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! The `tether` binary: parses the command line, builds the server set from the config file
+//! or ad-hoc flags, runs one command and maps failures to documented exit codes. It is glue:
+//! connections live in `tether-mcp`, printing in `render`, argument parsing in `arguments`.
+
+mod arguments;
+mod commands;
+mod render;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tether_mcp::{ErrorClass, McpError};
+
+/// Exit codes, documented in the README; scripts rely on them.
+mod exit {
+    pub const USAGE: u8 = 1;
+    pub const UNREACHABLE: u8 = 2;
+    pub const TOOL_ERROR: u8 = 3;
+}
+
+/// Tether: an MCP host. Connect any LLM to any number of MCP servers, or use the tester
+/// commands to inspect and call servers from the shell.
+#[derive(Debug, Parser)]
+#[command(name = "tether", version, about, max_term_width = 100)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every command accepts.
+#[derive(Debug, clap::Args)]
+struct GlobalArgs {
+    /// Config file in the Claude Desktop `mcpServers` shape [default: ./.tether.json, else the
+    /// user config dir's tether/config.json].
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// An ad-hoc stdio server: "COMMAND ARGS…", optionally "NAME=COMMAND ARGS…"; repeatable.
+    /// Used instead of the config file unless --config is also given.
+    #[arg(long, global = true, value_name = "CMD")]
+    stdio: Vec<String>,
+    /// An ad-hoc Streamable HTTP server: URL or NAME=URL; repeatable.
+    #[arg(long, global = true, value_name = "URL")]
+    url: Vec<String>,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Seconds each request to an ad-hoc server may take.
+    #[arg(long, global = true, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// More logging on stderr (-v: info, -vv: debug incl. server stderr).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start every configured server and report status, protocol, capabilities and counts.
+    Servers,
+    /// List tools with their qualified names, descriptions and annotations.
+    Tools {
+        /// Only this server.
+        server: Option<String>,
+        /// Also print input and output schemas.
+        #[arg(long)]
+        schema: bool,
+    },
+    /// Call a tool: arguments as one JSON object or as key=value pairs.
+    Call {
+        /// Server name.
+        server: String,
+        /// Tool name on that server.
+        tool: String,
+        /// '{"a": 2}' or a=2 b=3 (values are typed by the tool's input schema).
+        args: Vec<String>,
+    },
+    /// List resources and resource templates.
+    Resources {
+        /// Only this server.
+        server: Option<String>,
+    },
+    /// Read one resource.
+    Read {
+        /// Server name.
+        server: String,
+        /// Resource URI.
+        uri: String,
+    },
+    /// List prompts and their arguments.
+    Prompts {
+        /// Only this server.
+        server: Option<String>,
+    },
+    /// Expand a prompt with key=value arguments.
+    Prompt {
+        /// Server name.
+        server: String,
+        /// Prompt name.
+        name: String,
+        /// key=value arguments.
+        args: Vec<String>,
+    },
+}
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    code: u8,
+    message: Option<String>,
+}
+
+impl Failure {
+    /// A usage or config problem (exit 1).
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: exit::USAGE,
+            message: Some(message.into()),
+        }
+    }
+
+    /// The tool ran and reported an error (exit 3); its content is already printed.
+    pub fn tool_error() -> Failure {
+        Failure {
+            code: exit::TOOL_ERROR,
+            message: None,
+        }
+    }
+
+    /// Some servers were unreachable; what worked is already printed (exit 2).
+    pub fn partial(message: impl Into<String>) -> Failure {
+        Failure {
+            code: exit::UNREACHABLE,
+            message: Some(message.into()),
+        }
+    }
+}
+
+impl From<McpError> for Failure {
+    fn from(error: McpError) -> Failure {
+        let code = match error.class() {
+            ErrorClass::Usage => exit::USAGE,
+            ErrorClass::Unreachable | ErrorClass::Server => exit::UNREACHABLE,
+        };
+        Failure {
+            code,
+            message: Some(error.to_string()),
+        }
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Failure {
+        match error.downcast::<McpError>() {
+            Ok(mcp) => mcp.into(),
+            Err(other) => Failure::usage(format!("{other:#}")),
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info,rmcp=warn",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let is_help = matches!(
+                error.kind(),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+            );
+            let _ = error.print();
+            return if is_help {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(exit::USAGE)
+            };
+        }
+    };
+    init_logging(cli.global.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let outcome = runtime.block_on(commands::run(cli.global, cli.command));
+    // Children are killed on drop; don't wait for stray background tasks.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            if let Some(message) = failure.message {
+                eprintln!("error: {message}");
+            }
+            ExitCode::from(failure.code)
+        }
+    }
+}

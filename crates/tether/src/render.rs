@@ -1,0 +1,336 @@
+//! Human-readable output of the tester commands, and the JSON printer for `--json`.
+//! Binary content (images, audio, blobs) is saved to files and mentioned by path, so a
+//! terminal never receives raw base64.
+
+use std::path::PathBuf;
+
+use base64::Engine;
+use serde_json::Value;
+use tether_protocol::{
+    ContentBlock, Prompt, PromptResult, QualifiedTool, Resource, ResourceContents,
+    ResourceTemplate, Role, ToolResult,
+};
+
+/// Prints a value as pretty JSON on stdout.
+pub fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+fn dash(value: &Value) -> String {
+    match value {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The `servers` table.
+pub fn servers(rows: &[Value]) {
+    let header = [
+        "NAME",
+        "STATUS",
+        "PROTOCOL",
+        "START",
+        "TOOLS",
+        "RESOURCES",
+        "PROMPTS",
+    ];
+    let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for row in rows {
+        let start = row
+            .get("startMs")
+            .and_then(Value::as_u64)
+            .map(|ms| format!("{ms}ms"))
+            .unwrap_or("-".into());
+        let resources = match (row.get("resources"), row.get("resourceTemplates")) {
+            (Some(Value::Number(r)), Some(Value::Number(t))) => format!("{r}+{t}t"),
+            _ => "-".into(),
+        };
+        table.push(vec![
+            dash(&row["name"]),
+            dash(&row["status"]),
+            dash(row.get("protocolVersion").unwrap_or(&Value::Null)),
+            start,
+            dash(row.get("tools").unwrap_or(&Value::Null)),
+            resources,
+            dash(row.get("prompts").unwrap_or(&Value::Null)),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|col| {
+            table
+                .iter()
+                .map(|r| r[col].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for (index, cells) in table.iter().enumerate() {
+        let line: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+        if index == 0 {
+            continue;
+        }
+        let row = &rows[index - 1];
+        if let Some(Value::Array(caps)) = row.get("capabilities") {
+            let names: Vec<&str> = caps.iter().filter_map(Value::as_str).collect();
+            let who = match (row.get("implementation"), row.get("version")) {
+                (Some(Value::String(n)), Some(Value::String(v))) => format!("{n} {v}, "),
+                _ => String::new(),
+            };
+            println!("    {who}capabilities: {}", names.join(", "));
+        }
+        if let Some(Value::String(error)) = row.get("error") {
+            println!("    error: {error}");
+        }
+    }
+}
+
+fn hints(tool: &QualifiedTool) -> Vec<&'static str> {
+    let a = &tool.tool.annotations;
+    let mut out = Vec::new();
+    if a.read_only_hint == Some(true) {
+        out.push("read-only");
+    }
+    if a.destructive_hint == Some(true) {
+        out.push("destructive");
+    }
+    if a.idempotent_hint == Some(true) {
+        out.push("idempotent");
+    }
+    if a.open_world_hint == Some(true) {
+        out.push("open-world");
+    }
+    out
+}
+
+/// The `tools` listing.
+pub fn tools(tools: &[QualifiedTool], schema: bool) {
+    if tools.is_empty() {
+        println!("(no tools)");
+    }
+    for tool in tools {
+        let title = tool.tool.display_title();
+        if title != tool.tool.name {
+            println!("{}  ({title})", tool.qualified_name);
+        } else {
+            println!("{}", tool.qualified_name);
+        }
+        if let Some(description) = &tool.tool.description {
+            for line in description.trim().lines() {
+                println!("    {line}");
+            }
+        }
+        let hints = hints(tool);
+        if !hints.is_empty() {
+            println!("    hints: {}", hints.join(", "));
+        }
+        if schema {
+            print_indented("input schema", &tool.tool.input_schema);
+            if let Some(output) = &tool.tool.output_schema {
+                print_indented("output schema", output);
+            }
+        }
+    }
+}
+
+fn print_indented(label: &str, value: &Value) {
+    println!("    {label}:");
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    for line in text.lines() {
+        println!("      {line}");
+    }
+}
+
+/// Saves base64 `data` under the temp dir and returns the path, or why it could not.
+fn save_binary(
+    stem: &str,
+    mime_type: Option<&str>,
+    data: &str,
+) -> Result<(PathBuf, usize), String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| format!("invalid base64: {e}"))?;
+    let extension = mime_type
+        .and_then(|m| m.split('/').nth(1))
+        .map(|sub| sub.split(['+', ';']).next().unwrap_or(sub))
+        .map(|sub| match sub {
+            "jpeg" => "jpg",
+            "mpeg" => "mp3",
+            "plain" => "txt",
+            "octet-stream" => "bin",
+            other => other,
+        })
+        .unwrap_or("bin");
+    let dir = std::env::temp_dir().join("tether");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let safe: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let path = dir.join(format!("{safe}.{extension}"));
+    std::fs::write(&path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok((path, bytes.len()))
+}
+
+fn binary_note(kind: &str, stem: &str, mime_type: Option<&str>, data: &str) -> String {
+    let mime = mime_type.unwrap_or("application/octet-stream");
+    match save_binary(stem, mime_type, data) {
+        Ok((path, size)) => format!("[{kind} {mime}, {size} bytes, saved to {}]", path.display()),
+        Err(why) => format!("[{kind} {mime}, not saved: {why}]"),
+    }
+}
+
+fn print_contents(stem: &str, contents: &ResourceContents) {
+    let mime = contents
+        .mime_type
+        .as_deref()
+        .map(|m| format!(" ({m})"))
+        .unwrap_or_default();
+    println!("[resource {}{mime}]", contents.uri);
+    if let Some(text) = &contents.text {
+        println!("{}", text.trim_end());
+    } else if let Some(blob) = &contents.blob {
+        println!(
+            "{}",
+            binary_note("blob", stem, contents.mime_type.as_deref(), blob)
+        );
+    }
+}
+
+fn print_block(stem: &str, block: &ContentBlock) {
+    match block {
+        ContentBlock::Text { text } => println!("{}", text.trim_end()),
+        ContentBlock::Image { data, mime_type } => {
+            println!("{}", binary_note("image", stem, Some(mime_type), data))
+        }
+        ContentBlock::Audio { data, mime_type } => {
+            println!("{}", binary_note("audio", stem, Some(mime_type), data))
+        }
+        ContentBlock::ResourceLink(link) => print_link(link),
+        ContentBlock::Resource { resource } => print_contents(stem, resource),
+    }
+}
+
+fn print_link(link: &Resource) {
+    let mut line = format!("[resource link] {}", link.uri);
+    if !link.name.is_empty() {
+        line.push_str(&format!("  {}", link.name));
+    }
+    if let Some(mime) = &link.mime_type {
+        line.push_str(&format!(" ({mime})"));
+    }
+    println!("{line}");
+    if let Some(description) = &link.description {
+        println!("    {description}");
+    }
+}
+
+/// A tool result: every block in order, then `structuredContent`.
+pub fn tool_result(server: &str, tool: &str, result: &ToolResult) {
+    for (index, block) in result.content.iter().enumerate() {
+        print_block(&format!("{server}-{tool}-{}", index + 1), block);
+    }
+    if let Some(structured) = &result.structured_content {
+        println!("structuredContent:");
+        let text = serde_json::to_string_pretty(structured).unwrap_or_default();
+        for line in text.lines() {
+            println!("  {line}");
+        }
+    }
+}
+
+/// The `resources` listing.
+pub fn resources(servers: &[(String, Vec<Resource>, Vec<ResourceTemplate>)]) {
+    for (server, resources, templates) in servers {
+        println!(
+            "{server}: {} resources, {} templates",
+            resources.len(),
+            templates.len()
+        );
+        for resource in resources {
+            let mime = resource
+                .mime_type
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default();
+            println!("  {}  {}{mime}", resource.uri, resource.name);
+        }
+        for template in templates {
+            let mime = template
+                .mime_type
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default();
+            println!(
+                "  {}  {} [template]{mime}",
+                template.uri_template, template.name
+            );
+        }
+    }
+}
+
+/// The `read` output.
+pub fn resource_contents(server: &str, contents: &[ResourceContents]) {
+    for (index, item) in contents.iter().enumerate() {
+        print_contents(&format!("{server}-resource-{}", index + 1), item);
+    }
+}
+
+/// The `prompts` listing.
+pub fn prompts(servers: &[(String, Vec<Prompt>)]) {
+    for (server, prompts) in servers {
+        println!("{server}: {} prompts", prompts.len());
+        for prompt in prompts {
+            let args: Vec<String> = prompt
+                .arguments
+                .iter()
+                .map(|a| {
+                    if a.required {
+                        format!("{}*", a.name)
+                    } else {
+                        a.name.clone()
+                    }
+                })
+                .collect();
+            let args = if args.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", args.join(" "))
+            };
+            println!("  {}{args}", prompt.name);
+            if let Some(description) = &prompt.description {
+                println!("      {description}");
+            }
+        }
+    }
+    println!("(* = required argument)");
+}
+
+/// An expanded prompt: one block per message with its role.
+pub fn prompt_result(server: &str, result: &PromptResult) {
+    if let Some(description) = &result.description {
+        println!("# {description}");
+    }
+    for (index, message) in result.messages.iter().enumerate() {
+        let role = match message.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        println!("[{role}]");
+        print_block(&format!("{server}-prompt-{}", index + 1), &message.content);
+    }
+}
