@@ -14,7 +14,7 @@ use crate::router::ToolRouter;
 #[derive(Debug)]
 pub enum ServerState {
     /// Connected and usable.
-    Connected(ServerConnection),
+    Connected(Box<ServerConnection>),
     /// Could not be started or reached.
     Failed(McpError),
     /// `"disabled": true` in the config.
@@ -58,7 +58,7 @@ impl ServerRegistry {
             }
             let started = Instant::now();
             let state = match ServerConnection::connect(&config).await {
-                Ok(connection) => ServerState::Connected(connection),
+                Ok(connection) => ServerState::Connected(Box::new(connection)),
                 Err(error) => ServerState::Failed(error),
             };
             ServerEntry {
@@ -110,7 +110,7 @@ impl ServerRegistry {
     /// Connected servers, in config order.
     pub fn connections(&self) -> impl Iterator<Item = &ServerConnection> {
         self.entries.iter().filter_map(|e| match &e.state {
-            ServerState::Connected(c) => Some(c),
+            ServerState::Connected(c) => Some(c.as_ref()),
             _ => None,
         })
     }

@@ -1,1 +1,149 @@
-//! placeholder
+//! Shared fixtures for Tether's tests and benchmarks: where the pinned peer servers live,
+//! command lines that start them, loopback-only HTTP servers that announce their port, and
+//! tiny misbehaving servers. Tests use real processes and real sockets, never mocks.
+//!
+//! The peers are installed by `scripts/install-peers.sh` (run by `scripts/test.sh`). A test
+//! that needs a missing peer fails with a message saying so, rather than silently skipping.
+
+// Test fixtures: a broken fixture should fail the test loudly.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long a peer HTTP server may take to start listening.
+const HTTP_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The repository root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+}
+
+/// A file under `crates/test-support/fixtures`.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+fn require(path: PathBuf) -> PathBuf {
+    assert!(
+        path.exists(),
+        "{} is missing: the pinned peers are not installed; run scripts/test.sh (or scripts/install-peers.sh) first",
+        path.display()
+    );
+    path
+}
+
+/// A program installed by npm in `peers/node_modules/.bin`.
+pub fn npm_bin(name: &str) -> PathBuf {
+    require(workspace_root().join("peers/node_modules/.bin").join(name))
+}
+
+/// A program installed by pip in the peers' virtualenv.
+pub fn venv_bin(name: &str) -> PathBuf {
+    require(workspace_root().join("peers/.venv/bin").join(name))
+}
+
+fn quote(path: &Path) -> String {
+    let text = path.display().to_string();
+    if text.contains([' ', '\'', '"']) {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    } else {
+        text
+    }
+}
+
+/// `--stdio` command line for `@modelcontextprotocol/server-everything` (legacy era only).
+pub fn everything_stdio() -> String {
+    format!("{} stdio", quote(&npm_bin("mcp-server-everything")))
+}
+
+/// `--stdio` command line for `mcp-server-time`, which speaks the modern era.
+pub fn time_stdio() -> String {
+    format!(
+        "{} --local-timezone UTC",
+        quote(&venv_bin("mcp-server-time"))
+    )
+}
+
+/// `--stdio` command line for a misbehaving fixture server (see its docstring for modes).
+pub fn misbehaving_stdio(mode: &str) -> String {
+    format!(
+        "python3 {} {mode}",
+        quote(&fixture("misbehaving_server.py"))
+    )
+}
+
+/// A peer server listening on loopback; killed when dropped.
+pub struct HttpServer {
+    child: Child,
+    /// The MCP endpoint, e.g. `http://127.0.0.1:41234/mcp`.
+    pub url: String,
+}
+
+impl HttpServer {
+    /// server-everything over Streamable HTTP, forced onto 127.0.0.1 by a preload script
+    /// because it has no host option.
+    pub fn everything() -> HttpServer {
+        let mut command = Command::new(npm_bin("mcp-server-everything"));
+        command.arg("streamableHttp").env("PORT", "0").env(
+            "NODE_OPTIONS",
+            format!("--require {}", fixture("loopback-only.cjs").display()),
+        );
+        HttpServer::spawn(command, "/mcp")
+    }
+
+    /// A modern-era (2026-07-28) Python SDK server over Streamable HTTP.
+    pub fn modern() -> HttpServer {
+        let mut command = Command::new(venv_bin("python"));
+        command.arg(fixture("modern_http_server.py"));
+        HttpServer::spawn(command, "/mcp")
+    }
+
+    /// Starts `command` and waits for it to print `LISTENING <port>` on stderr.
+    fn spawn(mut command: Command, path: &str) -> HttpServer {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let (port_tx, port_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut port_tx = Some(port_tx);
+            // Keep draining after the port is known so the server never blocks on a full pipe.
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(port) = line.strip_prefix("LISTENING ")
+                    && let Some(tx) = port_tx.take()
+                {
+                    let _ = tx.send(port.trim().to_string());
+                }
+            }
+        });
+        match port_rx.recv_timeout(HTTP_START_TIMEOUT) {
+            Ok(port) => HttpServer {
+                child,
+                url: format!("http://127.0.0.1:{port}{path}"),
+            },
+            Err(_) => {
+                let _ = child.kill();
+                panic!("{command:?} did not start listening within {HTTP_START_TIMEOUT:?}");
+            }
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -81,18 +81,18 @@ fn server_configs(global: &GlobalArgs) -> Result<Vec<ServerConfig>, Failure> {
     let names =
         |servers: &[ServerConfig]| servers.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
     for line in &global.stdio {
-        let mut server = adhoc_stdio(line, &names(&servers))?;
-        if let Some(t) = timeout {
-            server.timeout = t;
-        }
+        let server = adhoc_stdio(line, &names(&servers))?;
         servers.push(server);
     }
     for url in &global.url {
-        let mut server = adhoc_url(url, &names(&servers))?;
-        if let Some(t) = timeout {
-            server.timeout = t;
-        }
+        let server = adhoc_url(url, &names(&servers))?;
         servers.push(server);
+    }
+    if let Some(limit) = timeout {
+        for server in &mut servers {
+            server.timeout = limit;
+            server.startup_timeout = limit;
+        }
     }
     Ok(servers)
 }
@@ -207,7 +207,7 @@ async fn tools_command(registry: &ServerRegistry, json: bool, schema: bool) -> R
     if json {
         render::print_json(&json!(router.tools()));
     } else {
-        render::tools(router.tools(), schema);
+        render::tools(router.tools(), schema, registry.connections().count() > 0);
     }
     let mut errors: Vec<String> = registry.failures().map(|e| e.to_string()).collect();
     errors.extend(list_errors.iter().map(|e| e.to_string()));

@@ -47,7 +47,7 @@ struct GlobalArgs {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// Seconds each request to an ad-hoc server may take.
+    /// Seconds each server start and each request may take (overrides the config).
     #[arg(long, global = true, value_name = "SECS")]
     timeout: Option<f64>,
     /// More logging on stderr (-v: info, -vv: debug incl. server stderr).
@@ -171,6 +171,10 @@ fn init_logging(verbose: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none(),
+        )
         .without_time()
         .init();
 }

@@ -82,7 +82,10 @@ pub fn servers(rows: &[Value]) {
         if let Some(Value::Array(caps)) = row.get("capabilities") {
             let names: Vec<&str> = caps.iter().filter_map(Value::as_str).collect();
             let who = match (row.get("implementation"), row.get("version")) {
-                (Some(Value::String(n)), Some(Value::String(v))) => format!("{n} {v}, "),
+                (Some(Value::String(n)), Some(Value::String(v))) if !v.is_empty() => {
+                    format!("{n} {v}, ")
+                }
+                (Some(Value::String(n)), _) => format!("{n}, "),
                 _ => String::new(),
             };
             println!("    {who}capabilities: {}", names.join(", "));
@@ -112,8 +115,8 @@ fn hints(tool: &QualifiedTool) -> Vec<&'static str> {
 }
 
 /// The `tools` listing.
-pub fn tools(tools: &[QualifiedTool], schema: bool) {
-    if tools.is_empty() {
+pub fn tools(tools: &[QualifiedTool], schema: bool, any_connected: bool) {
+    if tools.is_empty() && any_connected {
         println!("(no tools)");
     }
     for tool in tools {

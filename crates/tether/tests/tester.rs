@@ -1,0 +1,728 @@
+//! End-to-end tests of the tester commands: the real `tether` binary against real MCP servers
+//! (server-everything over stdio and Streamable HTTP, modern-era Python servers) and against
+//! misbehaving fixture servers. Each bad-input case asserts on the one-line error it prints.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use test_support::{HttpServer, everything_stdio, misbehaving_stdio, time_stdio};
+
+/// Nothing the tester does should take this long; a hang fails the test instead of CI.
+const DEADLINE: Duration = Duration::from_secs(90);
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The `error:` lines on stderr; every failure must produce exactly one.
+    fn error_lines(&self) -> Vec<&str> {
+        self.stderr
+            .lines()
+            .filter(|l| l.starts_with("error:"))
+            .collect()
+    }
+
+    fn only_error(&self) -> &str {
+        let lines = self.error_lines();
+        assert_eq!(
+            lines.len(),
+            1,
+            "expected one error line, stderr was:\n{}",
+            self.stderr
+        );
+        assert!(!self.stderr.contains("panicked"), "{}", self.stderr);
+        lines[0]
+    }
+}
+
+fn tether_in(dir: &Path, args: &[&str]) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tether binary starts");
+    let mut stdout_pipe = child.stdout.take().expect("piped");
+    let mut stderr_pipe = child.stderr.take().expect("piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout_pipe.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr_pipe.read_to_string(&mut s);
+        s
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait works") {
+            break status;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            panic!("tether {args:?} hung for more than {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: out_reader.join().expect("reader"),
+        stderr: err_reader.join().expect("reader"),
+    }
+}
+
+fn tether(args: &[&str]) -> Run {
+    // An empty directory, so no ./.tether.json is picked up by accident.
+    let dir = tempdir();
+    tether_in(&dir, args)
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "tether-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ok(run: &Run) {
+    assert_eq!(
+        run.code, 0,
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+}
+
+#[test]
+fn tools_over_stdio_lists_qualified_names_titles_and_hints() {
+    let everything = everything_stdio();
+    let run = tether(&["tools", "--stdio", &everything]);
+    ok(&run);
+    assert!(
+        run.stdout.contains("everything__get-sum  (Get Sum Tool)"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("Returns the sum of two numbers"));
+    assert!(run.stdout.contains("hints: read-only"));
+}
+
+#[test]
+fn tools_schema_and_json_output() {
+    let everything = everything_stdio();
+    let run = tether(&["tools", "--schema", "--stdio", &everything]);
+    ok(&run);
+    assert!(run.stdout.contains("input schema:"));
+    assert!(
+        run.stdout.contains("output schema:"),
+        "get-structured-content has one"
+    );
+
+    let run = tether(&["tools", "--json", "--stdio", &everything]);
+    ok(&run);
+    let tools: Value = serde_json::from_str(&run.stdout).unwrap();
+    let sum = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "get-sum")
+        .unwrap();
+    assert_eq!(sum["qualifiedName"], "everything__get-sum");
+    assert_eq!(sum["server"], "everything");
+    assert_eq!(sum["inputSchema"]["properties"]["a"]["type"], "number");
+}
+
+#[test]
+fn call_get_sum_over_stdio_with_pairs_and_json() {
+    let everything = everything_stdio();
+    let run = tether(&[
+        "call",
+        "everything",
+        "get-sum",
+        "a=2",
+        "b=3",
+        "--stdio",
+        &everything,
+    ]);
+    ok(&run);
+    assert_eq!(run.stdout.trim(), "The sum of 2 and 3 is 5.");
+
+    let run = tether(&[
+        "call",
+        "everything",
+        "get-sum",
+        r#"{"a": 20, "b": 22}"#,
+        "--stdio",
+        &everything,
+        "--json",
+    ]);
+    ok(&run);
+    let result: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(result["content"][0]["text"], "The sum of 20 and 22 is 42.");
+    assert_eq!(result["isError"], false);
+}
+
+#[test]
+fn call_prints_images_structured_content_links_and_embedded_resources() {
+    let everything = everything_stdio();
+    let run = tether(&[
+        "call",
+        "everything",
+        "get-tiny-image",
+        "--stdio",
+        &everything,
+    ]);
+    ok(&run);
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("[image image/png"))
+        .expect("image note");
+    let path = line
+        .split("saved to ")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(']');
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[1..4], b"PNG", "the saved file is the decoded image");
+
+    let run = tether(&[
+        "call",
+        "everything",
+        "get-structured-content",
+        "location=Chicago",
+        "--stdio",
+        &everything,
+    ]);
+    ok(&run);
+    assert!(
+        run.stdout.contains("structuredContent:\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("\"temperature\""));
+
+    let run = tether(&[
+        "call",
+        "everything",
+        "get-resource-links",
+        "count=2",
+        "--stdio",
+        &everything,
+    ]);
+    ok(&run);
+    assert_eq!(
+        run.stdout.matches("[resource link] demo://").count(),
+        2,
+        "{}",
+        run.stdout
+    );
+
+    let run = tether(&[
+        "call",
+        "everything",
+        "get-resource-reference",
+        "resourceType=Text",
+        "resourceId=3",
+        "--stdio",
+        &everything,
+    ]);
+    ok(&run);
+    assert!(
+        run.stdout
+            .contains("[resource demo://resource/dynamic/text/3"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn resources_templates_read_and_prompts_over_stdio() {
+    let everything = everything_stdio();
+    let run = tether(&["resources", "--stdio", &everything]);
+    ok(&run);
+    assert!(
+        run.stdout
+            .contains("demo://resource/static/document/architecture.md")
+    );
+    assert!(
+        run.stdout
+            .contains("demo://resource/dynamic/text/{resourceId}")
+    );
+    assert!(run.stdout.contains("[template]"));
+
+    let run = tether(&[
+        "read",
+        "everything",
+        "demo://resource/static/document/architecture.md",
+        "--stdio",
+        &everything,
+    ]);
+    ok(&run);
+    assert!(
+        run.stdout.starts_with(
+            "[resource demo://resource/static/document/architecture.md (text/markdown)]"
+        )
+    );
+
+    let run = tether(&[
+        "read",
+        "everything",
+        "demo://resource/dynamic/blob/1",
+        "--stdio",
+        &everything,
+    ]);
+    ok(&run);
+    assert!(run.stdout.contains("[blob "), "{}", run.stdout);
+
+    let run = tether(&["prompts", "--stdio", &everything]);
+    ok(&run);
+    assert!(
+        run.stdout.contains("args-prompt [city* state]"),
+        "{}",
+        run.stdout
+    );
+
+    let run = tether(&[
+        "prompt",
+        "everything",
+        "args-prompt",
+        "city=Paris",
+        "--stdio",
+        &everything,
+    ]);
+    ok(&run);
+    assert!(
+        run.stdout.contains("[user]\nWhat's weather in Paris?"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn streamable_http_server_everything() {
+    let server = HttpServer::everything();
+    let url = format!("everything={}", server.url);
+    let run = tether(&["call", "everything", "get-sum", "a=2", "b=3", "--url", &url]);
+    ok(&run);
+    assert_eq!(run.stdout.trim(), "The sum of 2 and 3 is 5.");
+
+    let run = tether(&["servers", "--json", "--url", &url]);
+    ok(&run);
+    let rows: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(rows[0]["status"], "connected");
+    assert_eq!(rows[0]["protocolVersion"], "2025-11-25");
+    assert_eq!(rows[0]["era"], "legacy");
+    assert!(rows[0]["tools"].as_u64().unwrap() >= 10);
+    assert_eq!(rows[0]["resourceTemplates"], 2);
+
+    let run = tether(&["call", "everything", "get-tiny-image", "--url", &url]);
+    ok(&run);
+    assert!(run.stdout.contains("[image image/png"));
+
+    let run = tether(&["prompt", "everything", "simple-prompt", "--url", &url]);
+    ok(&run);
+    assert!(run.stdout.contains("[user]"));
+
+    let run = tether(&[
+        "read",
+        "everything",
+        "demo://resource/dynamic/text/7",
+        "--url",
+        &url,
+    ]);
+    ok(&run);
+    assert!(run.stdout.contains("demo://resource/dynamic/text/7"));
+}
+
+#[test]
+fn modern_era_over_stdio() {
+    let time = time_stdio();
+    let run = tether(&["servers", "--json", "--stdio", &time]);
+    ok(&run);
+    let rows: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(rows[0]["name"], "time");
+    assert_eq!(rows[0]["protocolVersion"], "2026-07-28");
+    assert_eq!(rows[0]["era"], "modern");
+
+    let run = tether(&[
+        "call",
+        "time",
+        "get_current_time",
+        "timezone=Asia/Tokyo",
+        "--stdio",
+        &time,
+    ]);
+    ok(&run);
+    assert!(
+        run.stdout.contains("\"timezone\": \"Asia/Tokyo\""),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn modern_era_over_streamable_http() {
+    let server = HttpServer::modern();
+    let url = format!("modern={}", server.url);
+    let run = tether(&["servers", "--json", "--url", &url]);
+    ok(&run);
+    let rows: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(rows[0]["protocolVersion"], "2026-07-28");
+    assert_eq!(rows[0]["tools"], 2);
+
+    let run = tether(&[
+        "call", "modern", "add", "a=2", "b=40", "--url", &url, "--json",
+    ]);
+    ok(&run);
+    let result: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(result["structuredContent"]["result"], 42);
+}
+
+#[test]
+fn config_file_runs_servers_in_parallel_and_reports_each() {
+    let dir = tempdir();
+    let config = serde_json::json!({
+        "mcpServers": {
+            "everything": {"command": test_support::npm_bin("mcp-server-everything"), "args": ["stdio"]},
+            "time": {"command": test_support::venv_bin("mcp-server-time"), "args": ["--local-timezone", "UTC"]},
+            "broken": {"command": "python3", "args": [test_support::fixture("misbehaving_server.py"), "exit"]},
+            "off": {"command": "does-not-matter", "disabled": true}
+        }
+    });
+    std::fs::write(dir.join(".tether.json"), config.to_string()).unwrap();
+    let run = tether_in(&dir, &["servers"]);
+    assert_eq!(
+        run.code, 2,
+        "a failed server makes the exit code 2:\n{}",
+        run.stderr
+    );
+    let line = |name: &str| {
+        run.stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        line("everything").contains("connected  2025-11-25"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        line("time").contains("connected  2026-07-28"),
+        "{}",
+        run.stdout
+    );
+    assert!(line("broken").contains("failed"), "{}", run.stdout);
+    assert!(line("off").contains("disabled"), "{}", run.stdout);
+    assert!(run.stdout.contains(
+        "error: server \"broken\": failed during startup: the server exited with status 3"
+    ));
+
+    // The working servers keep working next to the broken one.
+    let run = tether_in(&dir, &["tools"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stdout.contains("everything__get-sum") && run.stdout.contains("time__get_current_time")
+    );
+    assert!(run.only_error().contains("server \"broken\""));
+
+    let run = tether_in(&dir, &["call", "everything", "get-sum", "a=1", "b=1"]);
+    ok(&run);
+}
+
+#[test]
+fn stdio_servers_get_an_explicit_environment() {
+    let dir = tempdir();
+    let config = serde_json::json!({"mcpServers": {"everything": {
+        "command": test_support::npm_bin("mcp-server-everything"),
+        "args": ["stdio"],
+        "env": {"GIVEN_TO_SERVER": "${TETHER_TEST_VALUE:-fallback}"}
+    }}});
+    std::fs::write(dir.join("custom.json"), config.to_string()).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tether"));
+    let output = command
+        .args(["call", "everything", "get-env", "--config", "custom.json"])
+        .current_dir(&dir)
+        .env("SECRET_API_KEY", "must-not-leak")
+        .env("TETHER_TEST_VALUE", "substituted")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("\"GIVEN_TO_SERVER\": \"substituted\""),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\"PATH\""), "PATH is inherited");
+    assert!(
+        !stdout.contains("must-not-leak"),
+        "other variables are not inherited"
+    );
+}
+
+#[test]
+fn pagination_is_followed_and_children_are_reaped() {
+    let dir = tempdir();
+    let pidfile = dir.join("server.pid");
+    let server = format!("{} {}", misbehaving_stdio("working"), pidfile.display());
+    let run = tether(&["tools", "--stdio", &server]);
+    ok(&run);
+    assert!(run.stdout.contains("__boom"));
+    assert!(
+        run.stdout.contains("__second_page_tool"),
+        "second page listed: {}",
+        run.stdout
+    );
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    // Reaped, not a zombie: /proc/PID is gone once tether has exited.
+    assert!(
+        !Path::new(&format!("/proc/{}", pid.trim())).exists(),
+        "server process {pid} outlived tether"
+    );
+}
+
+// ---- bad input: each case exits non-zero with one clear line ----
+
+#[test]
+fn malformed_config_names_file_line_and_key() {
+    let dir = tempdir();
+    std::fs::write(
+        dir.join(".tether.json"),
+        "{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\",}\n  }\n}\n",
+    )
+    .unwrap();
+    let run = tether_in(&dir, &["servers"]);
+    assert_eq!(run.code, 1);
+    let line = run.only_error();
+    assert!(line.starts_with("error: config .tether.json:3:"), "{line}");
+
+    std::fs::write(
+        dir.join(".tether.json"),
+        r#"{"mcpServers": {"a": {"command": "x", "args": "-y pkg"}}}"#,
+    )
+    .unwrap();
+    let run = tether_in(&dir, &["servers"]);
+    assert_eq!(run.code, 1);
+    let line = run.only_error();
+    assert!(
+        line.contains("mcpServers.a.args") && line.contains("expected a sequence"),
+        "{line}"
+    );
+
+    let run = tether_in(&dir, &["servers", "--config", "missing.json"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.only_error()
+            .contains("config missing.json: cannot read the file")
+    );
+}
+
+#[test]
+fn unknown_server_and_tool_list_near_matches() {
+    let everything = everything_stdio();
+    let run = tether(&["call", "everythin", "get-sum", "--stdio", &everything]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.only_error(),
+        "error: unknown server \"everythin\"; did you mean \"everything\"?"
+    );
+
+    let run = tether(&[
+        "call",
+        "everything",
+        "get_sum",
+        "a=1",
+        "--stdio",
+        &everything,
+    ]);
+    assert_eq!(run.code, 1);
+    assert!(run.only_error().starts_with(
+        "error: server \"everything\": unknown tool \"get_sum\"; did you mean \"get-sum\""
+    ));
+}
+
+#[test]
+fn invalid_json_arguments_are_a_usage_error() {
+    let everything = everything_stdio();
+    let run = tether(&[
+        "call",
+        "everything",
+        "get-sum",
+        r#"{"a": 2,"#,
+        "--stdio",
+        &everything,
+    ]);
+    assert_eq!(run.code, 1);
+    let line = run.only_error();
+    assert!(
+        line.contains("tool \"get-sum\": arguments are not valid JSON"),
+        "{line}"
+    );
+
+    let run = tether(&[
+        "call",
+        "everything",
+        "get-sum",
+        "a=two",
+        "--stdio",
+        &everything,
+    ]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.only_error()
+            .contains("argument a: \"two\" is not number")
+    );
+}
+
+#[test]
+fn server_that_exits_is_explained_with_its_stderr() {
+    let run = tether(&["tools", "--stdio", &misbehaving_stdio("exit")]);
+    assert_eq!(run.code, 2);
+    assert_eq!(
+        run.only_error(),
+        "error: server \"misbehaving_server\": failed during startup: the server exited with status 3; last stderr line: fatal: cannot open database /nonexistent/db.sqlite"
+    );
+}
+
+#[test]
+fn server_writing_garbage_to_stdout_is_named() {
+    let run = tether(&[
+        "tools",
+        "--timeout",
+        "3",
+        "--stdio",
+        &misbehaving_stdio("garbage"),
+    ]);
+    assert_eq!(run.code, 2);
+    let line = run.only_error();
+    assert!(line.contains("startup timed out after 3s"), "{line}");
+    assert!(
+        line.contains(
+            "it wrote non-JSON to stdout (1 line, first: \"Server starting up... welcome!\")"
+        ),
+        "{line}"
+    );
+}
+
+#[test]
+fn server_that_never_answers_times_out() {
+    let run = tether(&[
+        "servers",
+        "--timeout",
+        "2",
+        "--stdio",
+        &misbehaving_stdio("silent"),
+    ]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stdout.contains("startup timed out after 2s"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn server_crash_mid_call_and_hang_mid_call() {
+    let run = tether(&[
+        "call",
+        "misbehaving_server",
+        "boom",
+        "--stdio",
+        &misbehaving_stdio("crash-on-call"),
+    ]);
+    assert_eq!(run.code, 2);
+    assert_eq!(
+        run.only_error(),
+        "error: server \"misbehaving_server\": tool \"boom\" failed: the server exited with status 70; last stderr line: panic: simulated crash while handling tools/call"
+    );
+
+    let run = tether(&[
+        "call",
+        "misbehaving_server",
+        "boom",
+        "--timeout",
+        "2",
+        "--stdio",
+        &misbehaving_stdio("hang-on-call"),
+    ]);
+    assert_eq!(run.code, 2);
+    assert_eq!(
+        run.only_error(),
+        "error: server \"misbehaving_server\": tool \"boom\" timed out after 2s"
+    );
+}
+
+#[test]
+fn tool_error_exits_3_and_shows_the_content() {
+    let run = tether(&[
+        "call",
+        "misbehaving_server",
+        "boom",
+        "--stdio",
+        &misbehaving_stdio("tool-error"),
+    ]);
+    assert_eq!(run.code, 3);
+    assert_eq!(run.stdout.trim(), "disk is full");
+    assert!(run.only_error().contains("returned an error (isError)"));
+}
+
+#[test]
+fn missing_program_and_unreachable_url() {
+    let run = tether(&["tools", "--stdio", "definitely-not-installed-mcp-server"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.only_error().contains(
+            "cannot start `definitely-not-installed-mcp-server`: No such file or directory"
+        )
+    );
+
+    // A port nothing listens on: bind, learn the port, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("gone=http://127.0.0.1:{port}/mcp");
+    let run = tether(&["tools", "--timeout", "10", "--url", &url]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.only_error()
+            .starts_with("error: server \"gone\": cannot connect to http://127.0.0.1:"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn usage_errors_exit_1() {
+    let run = tether(&["tools"]);
+    assert_eq!(run.code, 1);
+    assert!(run.only_error().contains("no MCP servers configured"));
+    let run = tether(&["frobnicate"]);
+    assert_eq!(run.code, 1);
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the pinned MCP peers the tests and benchmarks run against:
+#   npm:  peers/package-lock.json   -> peers/node_modules
+#   PyPI: peers/requirements.txt    -> peers/.venv
+# Each install is skipped when a stamp shows the same pins were installed before, so a second
+# run downloads nothing.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root/peers"
+
+stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+
+npm_hash="$(sha256sum package-lock.json | cut -c1-16)"
+if stamp_ok .stamp-npm "$npm_hash" && [ -x node_modules/.bin/mcp-server-everything ]; then
+  echo "peers: npm packages up to date"
+else
+  echo "peers: installing npm packages (package-lock.json)"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$npm_hash" > .stamp-npm
+fi
+
+pip_hash="$(sha256sum requirements.txt | cut -c1-16)"
+if stamp_ok .stamp-pip "$pip_hash" && [ -x .venv/bin/mcp-server-time ]; then
+  echo "peers: python packages up to date"
+else
+  echo "peers: installing python packages (requirements.txt)"
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+  echo "$pip_hash" > .stamp-pip
+fi
