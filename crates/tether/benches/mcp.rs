@@ -13,16 +13,22 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tether_mcp::{ServerConfig, ServerConnection};
 use test_support::{npm_bin, venv_bin, workspace_root};
+use tether_mcp::{ServerConfig, ServerConnection};
 
-const CALLS: usize = 2000;
-const ROUNDS: usize = 3;
+const CALLS: usize = 1000;
+const ROUNDS: usize = 5;
 
 fn tether_calls_per_second(runtime: &tokio::runtime::Runtime) -> f64 {
     runtime.block_on(async {
-        let server = ServerConfig::stdio("everything", npm_bin("mcp-server-everything").display().to_string(), vec!["stdio".into()]);
-        let connection = ServerConnection::connect(&server).await.expect("server starts");
+        let server = ServerConfig::stdio(
+            "everything",
+            npm_bin("mcp-server-everything").display().to_string(),
+            vec!["stdio".into()],
+        );
+        let connection = ServerConnection::connect(&server)
+            .await
+            .expect("server starts");
         let args = |i: usize| json!({"a": i, "b": 1}).as_object().cloned();
         for i in 0..50 {
             connection.call_tool("get-sum", args(i)).await.unwrap();
@@ -46,7 +52,11 @@ fn peer_calls_per_second(program: &str, script: &str) -> f64 {
         .arg("stdio")
         .output()
         .expect("peer client runs");
-    assert!(output.status.success(), "{script}: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let line: Value = serde_json::from_slice(&output.stdout).expect("peer prints JSON");
     line["calls"].as_f64().unwrap() / line["seconds"].as_f64().unwrap()
 }
@@ -64,7 +74,11 @@ fn time_servers_command(config: &std::path::Path) -> Duration {
         .output()
         .expect("tether runs");
     let elapsed = started.elapsed();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     elapsed
 }
 
@@ -76,7 +90,8 @@ fn write_config(count: usize) -> std::path::PathBuf {
             json!({"command": npm_bin("mcp-server-everything"), "args": ["stdio"]}),
         );
     }
-    let path = std::env::temp_dir().join(format!("tether-bench-{count}-{}.json", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("tether-bench-{count}-{}.json", std::process::id()));
     std::fs::write(&path, json!({"mcpServers": servers}).to_string()).unwrap();
     path
 }
@@ -86,11 +101,17 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    // The same runtime flavour as the binary (see main.rs).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let node = "node";
     let python = venv_bin("python").display().to_string();
 
-    println!("tools/call round trips over stdio against server-everything, {CALLS} calls, best of {ROUNDS}");
+    println!(
+        "tools/call round trips over stdio against server-everything, {CALLS} calls, best of {ROUNDS}"
+    );
     let mut tether = Vec::new();
     let mut ts = Vec::new();
     let mut py = Vec::new();
@@ -102,19 +123,36 @@ fn main() {
     }
     let (tether, ts, py) = (best(tether), best(ts), best(py));
     println!("  tether (rmcp 3.11)       {tether:8.0} calls/s");
-    println!("  TypeScript SDK 1.32.2    {ts:8.0} calls/s   tether/ts = {:.2}x", tether / ts);
-    println!("  Python SDK 2.3.0         {py:8.0} calls/s   tether/py = {:.2}x", tether / py);
+    println!(
+        "  TypeScript SDK 1.32.2    {ts:8.0} calls/s   tether/ts = {:.2}x",
+        tether / ts
+    );
+    println!(
+        "  Python SDK 2.3.0         {py:8.0} calls/s   tether/py = {:.2}x",
+        tether / py
+    );
 
     println!("start-up: `tether servers` wall time, stdio server-everything");
     let one = write_config(1);
     let ten = write_config(10);
     let single = (0..3).map(|_| time_servers_command(&one)).max().unwrap();
     let all = (0..3).map(|_| time_servers_command(&ten)).min().unwrap();
-    println!("  1 server  (slowest of 3) {:8.0} ms", single.as_secs_f64() * 1000.0);
-    println!("  10 servers (best of 3)   {:8.0} ms   ratio = {:.2}x (1.00x = fully parallel; {} cores here)",
+    println!(
+        "  1 server  (slowest of 3) {:8.0} ms",
+        single.as_secs_f64() * 1000.0
+    );
+    println!(
+        "  10 servers (best of 3)   {:8.0} ms   ratio = {:.2}x (1.00x = fully parallel; {} cores here)",
         all.as_secs_f64() * 1000.0,
         all.as_secs_f64() / single.as_secs_f64(),
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
+    println!(
+        "  one after another would take about {:.0} ms (10 x 1 server)",
+        single.as_secs_f64() * 10_000.0
+    );
     let _ = std::fs::remove_file(one);
     let _ = std::fs::remove_file(ten);
 }
