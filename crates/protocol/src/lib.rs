@@ -334,3 +334,121 @@ mod tests {
         assert_eq!(tool.annotations.read_only_hint, Some(true));
     }
 }
+
+/// Conversation types shared by the model providers and the tool-call loop.
+pub mod chat {
+    use serde::{Deserialize, Serialize};
+    use serde_json::Value;
+
+    /// A tool call the model asked for.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct ToolCall {
+        /// The provider's call id; the result message refers to it.
+        pub id: String,
+        /// The qualified tool name the model used.
+        pub name: String,
+        /// The arguments exactly as the model wrote them (JSON text, possibly invalid).
+        pub arguments: String,
+    }
+
+    /// An image passed to a model.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct ImageData {
+        /// Base64 data.
+        pub data: String,
+        /// For example `image/png`.
+        pub mime_type: String,
+    }
+
+    /// One message of a conversation, in the four roles every provider knows.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[serde(tag = "role", rename_all = "snake_case")]
+    pub enum Message {
+        /// Instructions for the model.
+        System {
+            /// The text.
+            content: String,
+        },
+        /// The person.
+        User {
+            /// The text.
+            content: String,
+        },
+        /// The model: text, tool calls, or both.
+        Assistant {
+            /// The text (may be empty when the model only calls tools).
+            content: String,
+            /// Calls to run, in order.
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            tool_calls: Vec<ToolCall>,
+        },
+        /// The result of one tool call.
+        Tool {
+            /// The call this answers.
+            tool_call_id: String,
+            /// The tool's qualified name.
+            name: String,
+            /// The result as text.
+            content: String,
+            /// Images from the result, for providers that accept them.
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            images: Vec<ImageData>,
+            /// Whether the call failed.
+            #[serde(default)]
+            is_error: bool,
+        },
+    }
+
+    impl Message {
+        /// A system message.
+        pub fn system(content: impl Into<String>) -> Message {
+            Message::System {
+                content: content.into(),
+            }
+        }
+
+        /// A user message.
+        pub fn user(content: impl Into<String>) -> Message {
+            Message::User {
+                content: content.into(),
+            }
+        }
+
+        /// An assistant message with text only.
+        pub fn assistant(content: impl Into<String>) -> Message {
+            Message::Assistant {
+                content: content.into(),
+                tool_calls: Vec::new(),
+            }
+        }
+    }
+
+    /// A tool as offered to a model.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct ToolDefinition {
+        /// Qualified name (`server__tool`).
+        pub name: String,
+        /// What it does.
+        pub description: String,
+        /// JSON Schema of the arguments (root is an object schema).
+        pub parameters: Value,
+    }
+
+    /// Token counts of one model call, or summed over a run.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Usage {
+        /// Prompt tokens.
+        pub input_tokens: u64,
+        /// Generated tokens.
+        pub output_tokens: u64,
+    }
+
+    impl std::ops::AddAssign for Usage {
+        fn add_assign(&mut self, other: Usage) {
+            self.input_tokens += other.input_tokens;
+            self.output_tokens += other.output_tokens;
+        }
+    }
+}

@@ -8,6 +8,8 @@
 // Test fixtures: a broken fixture should fail the test loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+pub mod model;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

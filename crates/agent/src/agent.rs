@@ -1,0 +1,684 @@
+//! The tool-call loop: send the conversation and the tools to the model, collect its tool
+//! calls, check each (known tool, valid JSON, matches the schema, approved), run the checked
+//! ones concurrently, append one result per call id in order, and repeat until the model
+//! answers or the step limit is hit. Every failure of a single call goes back to the model as
+//! an error result it can recover from; only the model itself failing ends the turn.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::future::{BoxFuture, join_all};
+use serde::Serialize;
+use serde_json::Value;
+use tether_llm::{
+    ChatRequest, ChatResponse, LlmError, Provider, ResponseBuilder, RetryPolicy, StreamEvent,
+    ToolChoice,
+};
+use tether_mcp::error::near_matches;
+use tether_mcp::{ServerRegistry, ToolRouter};
+use tether_protocol::chat::{Message, ToolCall, ToolDefinition, Usage};
+use tether_protocol::{QualifiedTool, ToolResult};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+use crate::approval::{ApprovalMode, ApprovalRules, Decision, decide};
+use crate::prompt_mode::{parse_tool_calls, render_history, tools_prompt};
+use crate::results::{DEFAULT_MAX_RESULT_CHARS, result_for_model, truncate};
+
+/// How tools are offered to the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolMode {
+    /// Native tool calling, switching to prompt-based when the provider rejects tools.
+    #[default]
+    Auto,
+    /// Native tool calling only.
+    Native,
+    /// Tools described in the system prompt, calls parsed from JSON in the text.
+    Prompt,
+}
+
+/// Settings of the loop.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// Most model calls in one turn.
+    pub max_steps: usize,
+    /// Native or prompt-based tools.
+    pub tool_mode: ToolMode,
+    /// `--approve`.
+    pub approval_mode: ApprovalMode,
+    /// Rules from the config.
+    pub approval_rules: ApprovalRules,
+    /// The user's own system prompt, added after ours.
+    pub system_prompt: Option<String>,
+    /// Cap on one tool result's text.
+    pub max_result_chars: usize,
+    /// Retries of transient model failures.
+    pub retry: RetryPolicy,
+    /// How many identical failing calls stop the loop.
+    pub max_identical_failures: usize,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            max_steps: 20,
+            tool_mode: ToolMode::Auto,
+            approval_mode: ApprovalMode::Ask,
+            approval_rules: ApprovalRules::default(),
+            system_prompt: None,
+            max_result_chars: DEFAULT_MAX_RESULT_CHARS,
+            retry: RetryPolicy::default(),
+            max_identical_failures: 3,
+        }
+    }
+}
+
+/// What the loop reports as it goes; front ends render these.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    /// More answer text.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// A tool call is about to run (after checks and approval).
+    ToolCallStarted {
+        /// Call id.
+        id: String,
+        /// Qualified tool name.
+        name: String,
+        /// Arguments as parsed.
+        arguments: Value,
+    },
+    /// A tool call finished or was refused.
+    ToolCallFinished {
+        /// Call id.
+        id: String,
+        /// Qualified tool name.
+        name: String,
+        /// Whether it failed.
+        is_error: bool,
+        /// What the model was told (truncated for display by front ends).
+        result: String,
+        /// Wall time of the call.
+        duration_ms: u64,
+    },
+    /// The user is being asked to approve a call.
+    ApprovalRequested {
+        /// Call id.
+        id: String,
+        /// Qualified tool name.
+        name: String,
+        /// Arguments.
+        arguments: Value,
+    },
+    /// Token counts of one model call.
+    Usage {
+        /// Counts.
+        usage: Usage,
+    },
+    /// Something the user should know (a retry, a mode switch).
+    Notice {
+        /// One line.
+        message: String,
+    },
+}
+
+/// A call waiting for the user's approval.
+#[derive(Debug, Clone)]
+pub struct ApprovalRequest {
+    /// Call id.
+    pub id: String,
+    /// The tool.
+    pub tool: QualifiedTool,
+    /// Arguments.
+    pub arguments: Value,
+}
+
+/// Asks the user about calls that need approval.
+pub trait Approver: Send + Sync {
+    /// Whether anyone can be asked; if not, calls needing approval are denied.
+    fn interactive(&self) -> bool;
+    /// Asks; `true` runs the call.
+    fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, bool>;
+}
+
+/// The approver of non-interactive runs: nobody to ask.
+pub struct NonInteractive;
+
+impl Approver for NonInteractive {
+    fn interactive(&self) -> bool {
+        false
+    }
+    fn approve<'a>(&'a self, _request: &'a ApprovalRequest) -> BoxFuture<'a, bool> {
+        Box::pin(async { false })
+    }
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnOutcome {
+    /// The final answer (or the stop message).
+    pub text: String,
+    /// Model calls made.
+    pub steps: usize,
+    /// Tokens used over the turn.
+    pub usage: Usage,
+    /// Why the loop stopped early, if it did.
+    pub stopped: Option<String>,
+}
+
+/// Why a turn failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AgentError {
+    /// The model could not be reached or refused, after retries.
+    #[error(transparent)]
+    Model(#[from] LlmError),
+    /// The user cancelled.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// The loop over one provider and one set of servers.
+pub struct Agent<'a> {
+    provider: &'a dyn Provider,
+    registry: &'a ServerRegistry,
+    router: ToolRouter,
+    approver: &'a dyn Approver,
+    options: AgentOptions,
+    prompt_mode: bool,
+}
+
+/// One call after the checks: either runnable, or already answered with an error.
+enum Checked {
+    Run {
+        call: ToolCall,
+        tool: QualifiedTool,
+        arguments: Value,
+    },
+    Refused {
+        call: ToolCall,
+        message: String,
+    },
+}
+
+impl<'a> Agent<'a> {
+    /// A loop over `registry`'s tools as routed by `router`.
+    pub fn new(
+        provider: &'a dyn Provider,
+        registry: &'a ServerRegistry,
+        router: ToolRouter,
+        approver: &'a dyn Approver,
+        options: AgentOptions,
+    ) -> Agent<'a> {
+        let prompt_mode = options.tool_mode == ToolMode::Prompt;
+        Agent {
+            provider,
+            registry,
+            router,
+            approver,
+            options,
+            prompt_mode,
+        }
+    }
+
+    /// Whether tools are currently offered through the prompt.
+    pub fn prompt_mode(&self) -> bool {
+        self.prompt_mode
+    }
+
+    fn tool_definitions(&self) -> Vec<ToolDefinition> {
+        self.router
+            .tools()
+            .iter()
+            .map(|t| {
+                let mut description = t.tool.description.clone().unwrap_or_default();
+                if let Some(title) = t
+                    .tool
+                    .title
+                    .as_ref()
+                    .filter(|title| !description.contains(title.as_str()))
+                {
+                    description = if description.is_empty() {
+                        title.clone()
+                    } else {
+                        format!("{title}: {description}")
+                    };
+                }
+                ToolDefinition {
+                    name: t.qualified_name.clone(),
+                    description,
+                    parameters: t.tool.input_schema.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// The system prompt: a usage guide, each server's instructions, the user's own prompt,
+    /// and in prompt mode the tool list.
+    pub fn system_prompt(&self) -> String {
+        let mut text = String::from(
+            "You are a helpful assistant with access to tools from MCP servers. Use a tool when it helps answer \
+             accurately; pass arguments that match its schema; if a tool returns an error, read it and fix the call \
+             or explain the problem. Answer directly when no tool is needed.",
+        );
+        for connection in self.registry.connections() {
+            if let Some(instructions) = connection
+                .summary()
+                .instructions
+                .as_deref()
+                .filter(|i| !i.trim().is_empty())
+            {
+                text.push_str(&format!(
+                    "\n\nInstructions from the \"{}\" server (its tools start with \"{}__\"):\n{}",
+                    connection.name(),
+                    connection.name(),
+                    truncate(instructions.trim().to_string(), 4000)
+                ));
+            }
+        }
+        if let Some(own) = &self.options.system_prompt {
+            text.push_str("\n\n");
+            text.push_str(own);
+        }
+        if self.prompt_mode && !self.router.tools().is_empty() {
+            text.push_str("\n\n");
+            text.push_str(&tools_prompt(&self.tool_definitions()));
+        }
+        text
+    }
+
+    fn request(&self, conversation: &[Message]) -> ChatRequest {
+        let mut messages = vec![Message::system(self.system_prompt())];
+        if self.prompt_mode {
+            messages.extend(render_history(conversation));
+        } else {
+            messages.extend(conversation.iter().cloned());
+        }
+        let tools = if self.prompt_mode {
+            Vec::new()
+        } else {
+            self.tool_definitions()
+        };
+        ChatRequest {
+            messages,
+            tools,
+            tool_choice: ToolChoice::Auto,
+            max_tokens: None,
+            temperature: None,
+        }
+    }
+
+    /// Runs one turn: `conversation` must end with the user's message; assistant and tool
+    /// messages are appended as they happen, so nothing is lost if the turn fails.
+    pub async fn run_turn(
+        &mut self,
+        conversation: &mut Vec<Message>,
+        events: &UnboundedSender<AgentEvent>,
+        cancel: &CancellationToken,
+    ) -> Result<TurnOutcome, AgentError> {
+        let mut usage = Usage::default();
+        let mut failures: HashMap<(String, String), usize> = HashMap::new();
+        let mut step = 0;
+        while step < self.options.max_steps {
+            let request = self.request(conversation);
+            let response = match self.call_model(&request, events, cancel).await {
+                Ok(response) => response,
+                Err(AgentError::Model(LlmError::ToolsUnsupported { message, .. }))
+                    if self.options.tool_mode == ToolMode::Auto && !self.prompt_mode =>
+                {
+                    self.prompt_mode = true;
+                    let _ = events.send(AgentEvent::Notice {
+                        message: format!(
+                            "{} does not accept native tools ({message}); switching to prompt-based tool calling",
+                            self.provider.name()
+                        ),
+                    });
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            step += 1;
+            usage += response.usage;
+            let _ = events.send(AgentEvent::Usage {
+                usage: response.usage,
+            });
+
+            let calls = if self.prompt_mode {
+                parse_tool_calls(&response.text)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| ToolCall {
+                        id: format!("call_{step}_{i}"),
+                        name: c.name,
+                        arguments: c.arguments.to_string(),
+                    })
+                    .collect()
+            } else {
+                response.tool_calls.clone()
+            };
+            if calls.is_empty() {
+                if self.prompt_mode {
+                    // Prompt mode holds text back until it is known not to be a tool call.
+                    let _ = events.send(AgentEvent::TextDelta {
+                        text: response.text.clone(),
+                    });
+                }
+                conversation.push(Message::assistant(response.text.clone()));
+                return Ok(TurnOutcome {
+                    text: response.text,
+                    steps: step,
+                    usage,
+                    stopped: None,
+                });
+            }
+            conversation.push(Message::Assistant {
+                content: response.text.clone(),
+                tool_calls: calls.clone(),
+            });
+
+            let checked = self.check_calls(calls, events).await;
+            let results = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(AgentError::Cancelled),
+                results = join_all(checked.into_iter().map(|c| self.execute(c, events))) => results,
+            };
+            let mut repeated: Option<String> = None;
+            for (call, message) in results {
+                if let Message::Tool {
+                    is_error: true,
+                    content,
+                    ..
+                } = &message
+                {
+                    let key = (call.name.clone(), canonical(&call.arguments));
+                    let count = failures.entry(key).or_insert(0);
+                    *count += 1;
+                    if *count >= self.options.max_identical_failures {
+                        repeated = Some(format!(
+                            "Stopped: the model called {} with the same arguments {} times and it failed each time. Last error: {}",
+                            call.name,
+                            count,
+                            content.lines().next().unwrap_or_default()
+                        ));
+                    }
+                }
+                conversation.push(message);
+            }
+            if let Some(reason) = repeated {
+                return Ok(TurnOutcome {
+                    text: reason.clone(),
+                    steps: step,
+                    usage,
+                    stopped: Some(reason),
+                });
+            }
+        }
+        let reason = format!(
+            "Stopped after {} model calls (--max-steps {}) while the model was still calling tools; raise --max-steps or ask a narrower question.",
+            step, self.options.max_steps
+        );
+        Ok(TurnOutcome {
+            text: reason.clone(),
+            steps: step,
+            usage,
+            stopped: Some(reason),
+        })
+    }
+
+    /// One model call with retries of transient failures, streaming text as it comes.
+    async fn call_model(
+        &self,
+        request: &ChatRequest,
+        events: &UnboundedSender<AgentEvent>,
+        cancel: &CancellationToken,
+    ) -> Result<ChatResponse, AgentError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut streamed_anything = false;
+            let outcome = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(AgentError::Cancelled),
+                outcome = async {
+                    let mut stream = self.provider.stream(request).await?;
+                    let mut builder = ResponseBuilder::default();
+                    while let Some(event) = stream.next().await {
+                        let event = event?;
+                        if let StreamEvent::TextDelta(text) = &event
+                            && !self.prompt_mode
+                        {
+                            streamed_anything = true;
+                            let _ = events.send(AgentEvent::TextDelta { text: text.clone() });
+                        }
+                        builder.push(&event);
+                    }
+                    Ok::<_, LlmError>(builder.finish())
+                } => outcome,
+            };
+            match outcome {
+                Ok(response) => return Ok(response),
+                Err(error) => {
+                    let delay = if streamed_anything {
+                        None
+                    } else {
+                        self.options.retry.delay(attempt, &error)
+                    };
+                    let Some(delay) = delay else {
+                        return Err(AgentError::Model(error));
+                    };
+                    let _ = events.send(AgentEvent::Notice {
+                        message: format!(
+                            "{error}; retrying in {:.1}s (attempt {} of {})",
+                            delay.as_secs_f64(),
+                            attempt + 1,
+                            self.options.retry.max_retries + 1
+                        ),
+                    });
+                    tokio::select! {
+                        _ = cancel.cancelled() => return Err(AgentError::Cancelled),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Validates and approves each call, in order (approval prompts are one at a time).
+    async fn check_calls(
+        &self,
+        calls: Vec<ToolCall>,
+        events: &UnboundedSender<AgentEvent>,
+    ) -> Vec<Checked> {
+        let mut checked = Vec::with_capacity(calls.len());
+        for call in calls {
+            checked.push(self.check_call(call, events).await);
+        }
+        checked
+    }
+
+    async fn check_call(&self, call: ToolCall, events: &UnboundedSender<AgentEvent>) -> Checked {
+        let Some(tool) = self.router.resolve(&call.name).cloned() else {
+            let suggestions = near_matches(&call.name, self.router.names());
+            let hint = if suggestions.is_empty() {
+                let names: Vec<&str> = self.router.names().take(30).collect();
+                format!("available tools: {}", names.join(", "))
+            } else {
+                format!("did you mean {}?", suggestions.join(", "))
+            };
+            return Checked::Refused {
+                message: format!("unknown tool \"{}\"; {hint}", call.name),
+                call,
+            };
+        };
+        let arguments = if call.arguments.trim().is_empty() {
+            Value::Object(Default::default())
+        } else {
+            match serde_json::from_str::<Value>(&call.arguments) {
+                Ok(value @ Value::Object(_)) => value,
+                Ok(_) => {
+                    return Checked::Refused {
+                        message: "arguments must be a JSON object; send the tool's arguments as one object".into(),
+                        call,
+                    };
+                }
+                Err(e) => {
+                    return Checked::Refused {
+                        message: format!(
+                            "arguments are not valid JSON ({e}); send the arguments again as one valid JSON object"
+                        ),
+                        call,
+                    };
+                }
+            }
+        };
+        if let Some(problems) = schema_problems(&tool.tool.input_schema, &arguments) {
+            return Checked::Refused {
+                message: format!(
+                    "arguments do not match the tool's input schema: {problems}. Fix them and call again."
+                ),
+                call,
+            };
+        }
+        let decision = decide(
+            self.options.approval_mode,
+            &self.options.approval_rules,
+            &tool.qualified_name,
+            &tool.tool.annotations,
+            self.approver.interactive(),
+        );
+        match decision {
+            Decision::Allow => Checked::Run {
+                call,
+                tool,
+                arguments,
+            },
+            Decision::Deny(reason) => Checked::Refused {
+                message: format!("not run: {reason}"),
+                call,
+            },
+            Decision::Ask => {
+                let request = ApprovalRequest {
+                    id: call.id.clone(),
+                    tool: tool.clone(),
+                    arguments: arguments.clone(),
+                };
+                let _ = events.send(AgentEvent::ApprovalRequested {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: arguments.clone(),
+                });
+                if self.approver.approve(&request).await {
+                    Checked::Run {
+                        call,
+                        tool,
+                        arguments,
+                    }
+                } else {
+                    Checked::Refused {
+                        message: "not run: the user denied this call; do not retry it, continue without it or ask the user".into(),
+                        call,
+                    }
+                }
+            }
+        }
+    }
+
+    async fn execute(
+        &self,
+        checked: Checked,
+        events: &UnboundedSender<AgentEvent>,
+    ) -> (ToolCall, Message) {
+        let started = Instant::now();
+        let (call, text, images, is_error) = match checked {
+            Checked::Refused { call, message } => {
+                (call, format!("Error: {message}"), Vec::new(), true)
+            }
+            Checked::Run {
+                call,
+                tool,
+                arguments,
+            } => {
+                let _ = events.send(AgentEvent::ToolCallStarted {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: arguments.clone(),
+                });
+                let outcome = match self.registry.connection(&tool.server) {
+                    Ok(connection) => {
+                        connection
+                            .call_tool(&tool.tool.name, arguments.as_object().cloned())
+                            .await
+                    }
+                    Err(error) => Err(error),
+                };
+                match outcome {
+                    Ok(result) => {
+                        let (text, images) = self.model_view(&result);
+                        (call, text, images, result.is_error)
+                    }
+                    Err(error) => (
+                        call,
+                        format!("Error: the call failed: {error}"),
+                        Vec::new(),
+                        true,
+                    ),
+                }
+            }
+        };
+        let _ = events.send(AgentEvent::ToolCallFinished {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            is_error,
+            result: text.clone(),
+            duration_ms: duration_ms(started.elapsed()),
+        });
+        let message = Message::Tool {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: text,
+            images,
+            is_error,
+        };
+        (call, message)
+    }
+
+    fn model_view(&self, result: &ToolResult) -> (String, Vec<tether_protocol::chat::ImageData>) {
+        let images_ok = self.provider.accepts_tool_images() && !self.prompt_mode;
+        result_for_model(result, self.options.max_result_chars, images_ok)
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Arguments normalised so that key order and spacing do not hide a repeat.
+fn canonical(arguments: &str) -> String {
+    serde_json::from_str::<Value>(arguments)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| arguments.trim().to_string())
+}
+
+/// The schema violations of `arguments`, joined, or `None` when they are valid (or the
+/// schema itself cannot be compiled, in which case the server is left to judge).
+fn schema_problems(schema: &Value, arguments: &Value) -> Option<String> {
+    let validator = jsonschema::validator_for(schema).ok()?;
+    let problems: Vec<String> = validator
+        .iter_errors(arguments)
+        .take(5)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            if path.is_empty() {
+                e.to_string()
+            } else {
+                format!("{path}: {e}")
+            }
+        })
+        .collect();
+    (!problems.is_empty()).then(|| problems.join("; "))
+}

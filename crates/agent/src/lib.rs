@@ -1,0 +1,15 @@
+//! The agent: the tool-call loop that connects a model (`tether-llm`) to MCP servers
+//! (`tether-mcp`), the approval policy, prompt-based tool calling for models without native
+//! tools, and the conversion of tool results for models. Front ends drive it and render its
+//! [`AgentEvent`]s; it never prints.
+
+pub mod agent;
+pub mod approval;
+pub mod prompt_mode;
+pub mod results;
+
+pub use agent::{
+    Agent, AgentError, AgentEvent, AgentOptions, ApprovalRequest, Approver, NonInteractive,
+    ToolMode, TurnOutcome,
+};
+pub use approval::{ApprovalMode, ApprovalRules, Decision, decide};
