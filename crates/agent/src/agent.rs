@@ -197,7 +197,7 @@ pub struct Agent<'a> {
 enum Checked {
     Run {
         call: ToolCall,
-        tool: QualifiedTool,
+        tool: Box<QualifiedTool>,
         arguments: Value,
     },
     Refused {
@@ -554,7 +554,7 @@ impl<'a> Agent<'a> {
         match decision {
             Decision::Allow => Checked::Run {
                 call,
-                tool,
+                tool: Box::new(tool),
                 arguments,
             },
             Decision::Deny(reason) => Checked::Refused {
@@ -575,7 +575,7 @@ impl<'a> Agent<'a> {
                 if self.approver.approve(&request).await {
                     Checked::Run {
                         call,
-                        tool,
+                        tool: Box::new(tool),
                         arguments,
                     }
                 } else {

@@ -66,16 +66,22 @@ pub fn result_for_model(
         }
     }
     if let Some(structured) = &result.structured_content {
-        // Servers should mirror structured output as text; add it only when they did not.
-        let mirrored = result.content.iter().any(|b| match b {
-            ContentBlock::Text { text } => {
-                serde_json::from_str::<serde_json::Value>(text)
-                    .ok()
-                    .as_ref()
-                    == Some(structured)
-            }
-            _ => false,
-        });
+        // Servers should mirror structured output as text; add it only when some value of it
+        // is missing from the text, so nothing is lost and nothing is said twice.
+        let texts: Vec<&str> = result
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut leaves = Vec::new();
+        collect_leaves(structured, &mut leaves);
+        let mirrored = !texts.is_empty()
+            && leaves
+                .iter()
+                .all(|leaf| texts.iter().any(|t| t.contains(leaf.as_str())));
         if !mirrored {
             parts.push(format!("structuredContent: {structured}"));
         }
@@ -88,6 +94,17 @@ pub fn result_for_model(
         text = format!("Error: {text}");
     }
     (truncate(text, max_chars), images)
+}
+
+/// The scalar values of a JSON value, as they would appear in text.
+fn collect_leaves(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => map.values().for_each(|v| collect_leaves(v, out)),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_leaves(v, out)),
+        serde_json::Value::String(s) => out.push(s.clone()),
+        serde_json::Value::Null => {}
+        other => out.push(other.to_string()),
+    }
 }
 
 /// Cuts `text` to `max_chars` characters with a note saying how much was left out.
@@ -127,6 +144,21 @@ mod tests {
         );
         let (_, images) = result_for_model(&r, 1000, true);
         assert_eq!(images.len(), 1);
+    }
+
+    #[test]
+    fn structured_values_missing_from_the_text_are_added() {
+        let r = result(
+            json!({"content": [{"type": "text", "text": "remember the milk"}], "structuredContent": {"content": "remember the milk"}}),
+        );
+        assert_eq!(result_for_model(&r, 1000, false).0, "remember the milk");
+        let r = result(
+            json!({"content": [{"type": "text", "text": "done"}], "structuredContent": {"count": 3}}),
+        );
+        assert_eq!(
+            result_for_model(&r, 1000, false).0,
+            "done\nstructuredContent: {\"count\":3}"
+        );
     }
 
     #[test]

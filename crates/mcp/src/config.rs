@@ -33,6 +33,9 @@ pub struct Config {
     pub servers: Vec<ServerConfig>,
     /// Problems that did not stop loading (unknown keys), one line each.
     pub warnings: Vec<String>,
+    /// Top-level keys other than `mcpServers` (`model`, `approval`, …), for the layers that
+    /// own them.
+    pub settings: serde_json::Map<String, Value>,
 }
 
 /// How to reach one server.
@@ -172,7 +175,7 @@ struct RawConfig {
     #[serde(rename = "mcpServers", default)]
     mcp_servers: serde_json::Map<String, Value>,
     #[serde(flatten)]
-    _other: serde_json::Map<String, Value>,
+    other: serde_json::Map<String, Value>,
 }
 
 #[derive(Deserialize)]
@@ -316,6 +319,7 @@ impl Config {
 
         let mut config = Config {
             source: Some(path.to_path_buf()),
+            settings: raw.other,
             ..Config::default()
         };
         for (name, value) in raw.mcp_servers {
@@ -346,9 +350,8 @@ impl Config {
     /// A config made only of ad-hoc servers from the command line.
     pub fn from_servers(servers: Vec<ServerConfig>) -> Config {
         Config {
-            source: None,
             servers,
-            warnings: Vec::new(),
+            ..Config::default()
         }
     }
 

@@ -139,17 +139,20 @@ pub fn near_matches<'a>(
         .into_iter()
         .map(|c| {
             let lower = c.to_lowercase();
-            let mut score = strsim::jaro_winkler(&wanted_lower, &lower);
+            let mut score = strsim::normalized_levenshtein(&wanted_lower, &lower);
             if lower.contains(&wanted_lower) || wanted_lower.contains(&lower) {
                 score = score.max(0.9);
             }
             (score, c)
         })
-        .filter(|(score, _)| *score >= 0.75)
+        .filter(|(score, _)| *score >= 0.6)
         .collect();
     scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+    // Only names about as close as the best one: a clear winner is suggested alone.
+    let best = scored.first().map(|(score, _)| *score).unwrap_or(0.0);
     scored
         .into_iter()
+        .filter(|(score, _)| *score >= best - 0.05)
         .take(3)
         .map(|(_, c)| c.to_string())
         .collect()

@@ -11,9 +11,13 @@ use crate::{Command, Failure, GlobalArgs};
 
 /// Runs one command to completion.
 pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
-    let servers = server_configs(&global)?;
+    let (servers, settings) = server_configs(&global)?;
     let json = global.json;
     match command {
+        Command::Run { question, model } => {
+            crate::run::run(servers, settings, model, question, json).await
+        }
+        Command::Chat { model } => crate::run::chat(servers, settings, model).await,
         Command::Servers => servers_command(&servers, json).await,
         Command::Tools { server, schema } => {
             let registry = start(&servers, server.as_deref()).await?;
@@ -56,16 +60,18 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
 
 /// The servers of this run: ad-hoc flags, plus the config file when it is named or when no
 /// ad-hoc server is given.
-fn server_configs(global: &GlobalArgs) -> Result<Vec<ServerConfig>, Failure> {
+fn server_configs(
+    global: &GlobalArgs,
+) -> Result<(Vec<ServerConfig>, serde_json::Map<String, Value>), Failure> {
     let adhoc = !global.stdio.is_empty() || !global.url.is_empty();
-    let mut servers = if !adhoc || global.config.is_some() {
+    let (mut servers, settings) = if !adhoc || global.config.is_some() {
         let config = Config::discover(global.config.as_deref())?;
         for warning in &config.warnings {
             tracing::warn!("{warning}");
         }
-        config.servers
+        (config.servers, config.settings)
     } else {
-        Vec::new()
+        (Vec::new(), serde_json::Map::new())
     };
     let timeout = match global.timeout {
         Some(secs) if secs.is_finite() && secs > 0.0 => {
@@ -94,7 +100,7 @@ fn server_configs(global: &GlobalArgs) -> Result<Vec<ServerConfig>, Failure> {
             server.startup_timeout = limit;
         }
     }
-    Ok(servers)
+    Ok((servers, settings))
 }
 
 /// Starts one named server, or all of them.

@@ -5,6 +5,7 @@
 mod arguments;
 mod commands;
 mod render;
+mod run;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -57,6 +58,18 @@ struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Answer a question with a model and the servers' tools.
+    Run {
+        /// The question.
+        question: String,
+        #[command(flatten)]
+        model: run::ModelArgs,
+    },
+    /// A line-based conversation with a model and the servers' tools.
+    Chat {
+        #[command(flatten)]
+        model: run::ModelArgs,
+    },
     /// Start every configured server and report status, protocol, capabilities and counts.
     Servers,
     /// List tools with their qualified names, descriptions and annotations.

@@ -1,0 +1,430 @@
+//! `tether run` and the minimal line-based `tether chat`: build the provider and the servers,
+//! drive the agent loop, and render its events as text (or JSON lines). Ctrl-C cancels the
+//! running turn and its tool calls, not the program.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use serde_json::{Map, Value, json};
+use tether_agent::{
+    Agent, AgentError, AgentEvent, AgentOptions, ApprovalMode, ApprovalRequest, ApprovalRules,
+    Approver, NonInteractive, ToolMode, TurnOutcome,
+};
+use tether_llm::{LlmError, Provider, ProviderOptions, provider_for};
+use tether_mcp::{ServerConfig, ServerRegistry};
+use tether_protocol::chat::Message;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::Failure;
+
+/// Flags of `run` and `chat`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// provider:model, e.g. openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, ollama:qwen3:4b
+    /// [env: TETHER_MODEL; or "model" in the config].
+    #[arg(long, value_name = "PROVIDER:MODEL")]
+    pub model: Option<String>,
+    /// Base URL of the provider's API (for local or proxied servers).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// How tools reach the model: native tool calling, prompt-based JSON, or auto (native,
+    /// falling back to prompt when the provider rejects tools).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub tool_mode: ToolModeArg,
+    /// Most model calls per question.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub max_steps: usize,
+    /// ask: ask before tools not marked read-only; auto: run them, still asking for destructive
+    /// ones; never: only read-only tools and explicit allows run.
+    #[arg(long, value_enum, default_value = "ask")]
+    pub approve: ApproveArg,
+    /// Extra system prompt, added after Tether's.
+    #[arg(long, value_name = "TEXT")]
+    pub system_prompt: Option<String>,
+}
+
+/// `--tool-mode`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ToolModeArg {
+    /// Native, falling back to prompt-based.
+    Auto,
+    /// Native tool calling only.
+    Native,
+    /// Tools in the system prompt, JSON replies.
+    Prompt,
+}
+
+/// `--approve`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ApproveArg {
+    /// Ask before tools that are not read-only.
+    Ask,
+    /// Run without asking, except destructive tools.
+    Auto,
+    /// Never run tools that would need approval.
+    Never,
+}
+
+/// Exit code of a run stopped by the step limit or repeated failures.
+const EXIT_STOPPED: u8 = 4;
+/// Exit code after Ctrl-C, as shells expect.
+const EXIT_CANCELLED: u8 = 130;
+
+struct Setup {
+    provider: Box<dyn Provider>,
+    options: AgentOptions,
+}
+
+fn setup(args: &ModelArgs, settings: &Map<String, Value>) -> Result<Setup, Failure> {
+    let spec = args
+        .model
+        .clone()
+        .or_else(|| std::env::var("TETHER_MODEL").ok().filter(|m| !m.is_empty()))
+        .or_else(|| settings.get("model").and_then(Value::as_str).map(str::to_string))
+        .ok_or_else(|| {
+            Failure::usage(
+                "no model configured; pass --model provider:model (e.g. openai:gpt-4o-mini with OPENAI_API_KEY, or ollama:qwen3:4b), set TETHER_MODEL, or add \"model\" to the config",
+            )
+        })?;
+    let base_url = args.base_url.clone().or_else(|| {
+        settings
+            .get("baseUrl")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    });
+    let provider = provider_for(
+        &spec,
+        &ProviderOptions {
+            base_url,
+            ..ProviderOptions::default()
+        },
+    )
+    .map_err(|e| Failure::usage(e.to_string()))?;
+    let approval_rules: ApprovalRules = match settings.get("approval") {
+        Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
+            Failure::usage(format!(
+                "config: \"approval\": {e}; expected {{\"allow\": [patterns], \"ask\": [...], \"deny\": [...]}}"
+            ))
+        })?,
+        None => ApprovalRules::default(),
+    };
+    let options = AgentOptions {
+        max_steps: args.max_steps.max(1),
+        tool_mode: match args.tool_mode {
+            ToolModeArg::Auto => ToolMode::Auto,
+            ToolModeArg::Native => ToolMode::Native,
+            ToolModeArg::Prompt => ToolMode::Prompt,
+        },
+        approval_mode: match args.approve {
+            ApproveArg::Ask => ApprovalMode::Ask,
+            ApproveArg::Auto => ApprovalMode::Auto,
+            ApproveArg::Never => ApprovalMode::Never,
+        },
+        approval_rules,
+        system_prompt: args.system_prompt.clone(),
+        ..AgentOptions::default()
+    };
+    Ok(Setup { provider, options })
+}
+
+/// Asks on the terminal; only used when stdin and stderr are terminals.
+struct TerminalApprover {
+    /// Tools the user said "always" to, for this session.
+    always: Mutex<Vec<String>>,
+}
+
+impl Approver for TerminalApprover {
+    fn interactive(&self) -> bool {
+        true
+    }
+
+    fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let name = request.tool.qualified_name.clone();
+            if self
+                .always
+                .lock()
+                .map(|a| a.contains(&name))
+                .unwrap_or(false)
+            {
+                return true;
+            }
+            let arguments = clip(&request.arguments.to_string(), 300);
+            let hints = &request.tool.tool.annotations;
+            let warning = if hints.destructive_hint == Some(true) {
+                " (destructive)"
+            } else {
+                ""
+            };
+            let prompt = format!(
+                "\nallow {name}{warning} {arguments}? [y]es / [n]o / [a]lways for this tool: "
+            );
+            let answer = tokio::task::spawn_blocking(move || {
+                let mut stderr = std::io::stderr();
+                let _ = write!(stderr, "{prompt}");
+                let _ = stderr.flush();
+                let mut line = String::new();
+                std::io::stdin()
+                    .lock()
+                    .read_line(&mut line)
+                    .map(|_| line.trim().to_lowercase())
+                    .unwrap_or_default()
+            })
+            .await
+            .unwrap_or_default();
+            match answer.as_str() {
+                "y" | "yes" => true,
+                "a" | "always" => {
+                    if let Ok(mut always) = self.always.lock() {
+                        always.push(name);
+                    }
+                    true
+                }
+                _ => false,
+            }
+        })
+    }
+}
+
+fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// Prints events as they arrive: text to stdout, tool activity to stderr; or JSON lines.
+fn spawn_renderer(
+    json: bool,
+) -> (
+    mpsc::UnboundedSender<AgentEvent>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<AgentEvent>();
+    let handle = tokio::spawn(async move {
+        let mut stdout = std::io::stdout();
+        while let Some(event) = rx.recv().await {
+            if json {
+                let _ = writeln!(
+                    stdout,
+                    "{}",
+                    serde_json::to_string(&event).unwrap_or_default()
+                );
+                continue;
+            }
+            match event {
+                AgentEvent::TextDelta { text } => {
+                    let _ = write!(stdout, "{text}");
+                    let _ = stdout.flush();
+                }
+                AgentEvent::ToolCallStarted {
+                    name, arguments, ..
+                } => {
+                    eprintln!("→ {name} {}", clip(&arguments.to_string(), 200));
+                }
+                AgentEvent::ToolCallFinished {
+                    name,
+                    is_error,
+                    result,
+                    duration_ms,
+                    ..
+                } => {
+                    let mark = if is_error { "✗" } else { "←" };
+                    let first = result.lines().next().unwrap_or_default();
+                    eprintln!("{mark} {name} ({duration_ms} ms): {}", clip(first, 200));
+                }
+                AgentEvent::ApprovalRequested { .. } | AgentEvent::Usage { .. } => {}
+                AgentEvent::Notice { message } => eprintln!("note: {message}"),
+            }
+        }
+    });
+    (tx, handle)
+}
+
+/// Cancels the current turn on Ctrl-C.
+fn watch_ctrl_c(current: Arc<Mutex<CancellationToken>>) {
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            if let Ok(token) = current.lock() {
+                token.cancel();
+            }
+        }
+    });
+}
+
+fn model_failure(error: &LlmError) -> Failure {
+    match error {
+        LlmError::Config(message) => Failure::usage(message.clone()),
+        other => Failure::partial(other.to_string()),
+    }
+}
+
+/// `tether run "question"`.
+pub async fn run(
+    servers: Vec<ServerConfig>,
+    settings: Map<String, Value>,
+    args: ModelArgs,
+    question: String,
+    json: bool,
+) -> Result<(), Failure> {
+    let Setup { provider, options } = setup(&args, &settings)?;
+    let registry = ServerRegistry::start(servers).await;
+    for failure in registry.failures() {
+        if json {
+            println!(
+                "{}",
+                json!({"type": "notice", "message": failure.to_string()})
+            );
+        } else {
+            eprintln!("warning: {failure}");
+        }
+    }
+    let (router, errors) = registry.tool_router().await;
+    for error in errors {
+        eprintln!("warning: {error}");
+    }
+    let terminal = TerminalApprover {
+        always: Mutex::new(Vec::new()),
+    };
+    let interactive = !json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let approver: &dyn Approver = if interactive {
+        &terminal
+    } else {
+        &NonInteractive
+    };
+    let mut agent = Agent::new(provider.as_ref(), &registry, router, approver, options);
+
+    let cancel = CancellationToken::new();
+    watch_ctrl_c(Arc::new(Mutex::new(cancel.clone())));
+    let (events, renderer) = spawn_renderer(json);
+    let mut conversation = vec![Message::user(question)];
+    let outcome = agent.run_turn(&mut conversation, &events, &cancel).await;
+    drop(events);
+    let _ = renderer.await;
+    registry.shutdown().await;
+    finish(outcome, &conversation, json)
+}
+
+fn finish(
+    outcome: Result<TurnOutcome, AgentError>,
+    conversation: &[Message],
+    json: bool,
+) -> Result<(), Failure> {
+    match outcome {
+        Ok(outcome) => {
+            if json {
+                println!(
+                    "{}",
+                    json!({"type": "final", "text": outcome.text, "steps": outcome.steps, "usage": outcome.usage,
+                           "stopped": outcome.stopped, "messages": conversation})
+                );
+            } else if outcome.stopped.is_none() {
+                println!();
+            }
+            match outcome.stopped {
+                Some(reason) => Err(Failure {
+                    code: EXIT_STOPPED,
+                    message: Some(reason),
+                }),
+                None => Ok(()),
+            }
+        }
+        Err(AgentError::Cancelled) => {
+            if json {
+                println!("{}", json!({"type": "cancelled", "messages": conversation}));
+            }
+            Err(Failure {
+                code: EXIT_CANCELLED,
+                message: Some("cancelled".into()),
+            })
+        }
+        Err(AgentError::Model(error)) => {
+            if json {
+                println!(
+                    "{}",
+                    json!({"type": "error", "message": error.to_string(), "messages": conversation})
+                );
+            }
+            Err(model_failure(&error))
+        }
+    }
+}
+
+/// `tether chat`: a line-based conversation; `/quit` or end of input leaves.
+pub async fn chat(
+    servers: Vec<ServerConfig>,
+    settings: Map<String, Value>,
+    args: ModelArgs,
+) -> Result<(), Failure> {
+    let Setup { provider, options } = setup(&args, &settings)?;
+    let registry = ServerRegistry::start(servers).await;
+    for failure in registry.failures() {
+        eprintln!("warning: {failure}");
+    }
+    let (router, _) = registry.tool_router().await;
+    let tool_count = router.tools().len();
+    let terminal = TerminalApprover {
+        always: Mutex::new(Vec::new()),
+    };
+    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let approver: &dyn Approver = if interactive {
+        &terminal
+    } else {
+        &NonInteractive
+    };
+    let mut agent = Agent::new(provider.as_ref(), &registry, router, approver, options);
+    if interactive {
+        eprintln!(
+            "tether chat with {} and {tool_count} tools; /quit to leave, Ctrl-C cancels an answer",
+            provider.name()
+        );
+    }
+    let current = Arc::new(Mutex::new(CancellationToken::new()));
+    watch_ctrl_c(current.clone());
+    let mut conversation: Vec<Message> = Vec::new();
+    loop {
+        if interactive {
+            eprint!("you> ");
+            let _ = std::io::stderr().flush();
+        }
+        let line = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            match std::io::stdin().lock().read_line(&mut line) {
+                Ok(0) | Err(_) => None,
+                Ok(_) => Some(line),
+            }
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some(line) = line else { break };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line == "/quit" || line == "/exit" {
+            break;
+        }
+        let cancel = CancellationToken::new();
+        if let Ok(mut slot) = current.lock() {
+            *slot = cancel.clone();
+        }
+        conversation.push(Message::user(line));
+        let (events, renderer) = spawn_renderer(false);
+        let outcome = agent.run_turn(&mut conversation, &events, &cancel).await;
+        drop(events);
+        let _ = renderer.await;
+        match outcome {
+            Ok(outcome) => match outcome.stopped {
+                Some(reason) => eprintln!("\n{reason}"),
+                None => println!(),
+            },
+            Err(AgentError::Cancelled) => eprintln!("\n(cancelled)"),
+            Err(AgentError::Model(error)) => eprintln!("\nerror: {error}"),
+        }
+    }
+    registry.shutdown().await;
+    Ok(())
+}

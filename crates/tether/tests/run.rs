@@ -1,0 +1,727 @@
+//! End-to-end tests of `tether run`: the real binary, a scripted model server speaking the
+//! OpenAI, Anthropic or Ollama wire format on loopback, and real MCP servers. Each test
+//! asserts on the requests Tether sent the model: history order, roles, call-id pairing,
+//! tool schemas, and what the model was told after each kind of error.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use test_support::model::{Recorded, Reply, ScriptedModel, Wire};
+use test_support::{everything_stdio, misbehaving_stdio, npm_bin};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Run {
+    /// The JSON event lines of a `--json` run.
+    fn events(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+
+    fn final_event(&self) -> Value {
+        self.events()
+            .into_iter()
+            .find(|e| e["type"] == "final")
+            .unwrap_or_else(|| panic!("no final event:\n{}\n{}", self.stdout, self.stderr))
+    }
+}
+
+fn tether(args: &[&str]) -> Run {
+    let dir = std::env::temp_dir().join(format!("tether-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .current_dir(&dir)
+        .env("NO_COLOR", "1")
+        .env_remove("TETHER_MODEL")
+        .env_remove("OPENAI_API_KEY")
+        .stdin(Stdio::null())
+        .output()
+        .expect("tether runs");
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        elapsed: started.elapsed(),
+    }
+}
+
+fn model_flag(wire: Wire) -> &'static str {
+    match wire {
+        Wire::OpenAi => "openai:scripted-model",
+        Wire::Anthropic => "anthropic:scripted-model",
+        Wire::Ollama => "ollama:scripted-model",
+    }
+}
+
+/// Runs `question` against everything over stdio with the scripted model.
+fn run_with(model: &ScriptedModel, wire: Wire, question: &str, extra: &[&str]) -> Run {
+    let everything = everything_stdio();
+    let base = model.base_url();
+    let mut args = vec![
+        "run",
+        "--model",
+        model_flag(wire),
+        "--base-url",
+        &base,
+        "--stdio",
+        &everything,
+    ];
+    args.extend_from_slice(extra);
+    args.push(question);
+    tether(&args)
+}
+
+fn messages(request: &Recorded) -> &Vec<Value> {
+    request.body["messages"].as_array().expect("messages array")
+}
+
+/// The OpenAI-format tool message answering `id` in a recorded request.
+fn tool_reply<'a>(request: &'a Recorded, id: &str) -> &'a Value {
+    messages(request)
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == id)
+        .unwrap_or_else(|| panic!("no tool message for {id} in {:#}", request.body))
+}
+
+#[test]
+fn openai_format_calls_get_sum_and_prints_the_answer() {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("call_1", "everything__get-sum", r#"{"a": 2, "b": 3}"#),
+            Reply::text("2 + 3 = 5."),
+        ],
+    );
+    let run = run_with(
+        &model,
+        Wire::OpenAi,
+        "What is 2+3? Use the tools.",
+        &["--approve", "auto"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "2 + 3 = 5.");
+    assert!(
+        run.stderr
+            .contains("→ everything__get-sum {\"a\":2,\"b\":3}"),
+        "{}",
+        run.stderr
+    );
+
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].path, "/v1/chat/completions");
+    let first = &requests[0].body;
+    assert_eq!(first["stream"], true);
+    assert_eq!(first["tool_choice"], "auto");
+    let roles: Vec<&str> = messages(&requests[0])
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["system", "user"]);
+    let sum = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "everything__get-sum")
+        .expect("tool offered");
+    assert_eq!(sum["type"], "function");
+    assert_eq!(
+        sum["function"]["parameters"]["properties"]["a"]["type"],
+        "number"
+    );
+    assert!(
+        sum["function"]["parameters"].get("$schema").is_none(),
+        "provider-safe schema"
+    );
+    let system = messages(&requests[0])[0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("Instructions from the \"everything\" server"),
+        "server instructions injected"
+    );
+
+    let second = messages(&requests[1]);
+    let roles: Vec<&str> = second.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+    assert_eq!(second[2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(
+        second[2]["tool_calls"][0]["function"]["arguments"],
+        r#"{"a": 2, "b": 3}"#
+    );
+    assert_eq!(second[2]["content"], "", "content is a string, never null");
+    assert_eq!(
+        tool_reply(&requests[1], "call_1")["content"],
+        "The sum of 2 and 3 is 5."
+    );
+}
+
+#[test]
+fn anthropic_format_calls_get_sum_and_prints_the_answer() {
+    let model = ScriptedModel::start(
+        Wire::Anthropic,
+        vec![
+            Reply::call("toolu_1", "everything__get-sum", r#"{"a": 2, "b": 3}"#),
+            Reply::text("It is 5."),
+        ],
+    );
+    let run = run_with(
+        &model,
+        Wire::Anthropic,
+        "What is 2+3? Use the tools.",
+        &["--approve", "auto"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "It is 5.");
+    let requests = model.requests();
+    assert_eq!(requests[0].path, "/v1/messages");
+    assert_eq!(requests[0].header("anthropic-version"), Some("2023-06-01"));
+    let first = &requests[0].body;
+    assert!(first["system"].as_str().unwrap().contains("MCP servers"));
+    assert!(first["max_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(first["tool_choice"], json!({"type": "auto"}));
+    let tool = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "everything__get-sum")
+        .unwrap();
+    assert_eq!(tool["input_schema"]["type"], "object");
+
+    let second = messages(&requests[1]);
+    assert_eq!(
+        second.len(),
+        3,
+        "user, assistant tool_use, user tool_result: {second:#?}"
+    );
+    assert_eq!(
+        second[1]["content"][0],
+        json!({"type": "tool_use", "id": "toolu_1", "name": "everything__get-sum", "input": {"a": 2, "b": 3}})
+    );
+    assert_eq!(second[2]["role"], "user");
+    assert_eq!(second[2]["content"][0]["type"], "tool_result");
+    assert_eq!(second[2]["content"][0]["tool_use_id"], "toolu_1");
+    assert_eq!(
+        second[2]["content"][0]["content"][0]["text"],
+        "The sum of 2 and 3 is 5."
+    );
+}
+
+#[test]
+fn ollama_format_calls_get_sum_and_prints_the_answer() {
+    let model = ScriptedModel::start(
+        Wire::Ollama,
+        vec![
+            Reply::call("ignored", "everything__get-sum", r#"{"a": 2, "b": 3}"#),
+            Reply::text("Five."),
+        ],
+    );
+    let run = run_with(
+        &model,
+        Wire::Ollama,
+        "What is 2+3? Use the tools.",
+        &["--approve", "auto"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "Five.");
+    let requests = model.requests();
+    assert_eq!(requests[0].path, "/api/chat");
+    let second = messages(&requests[1]);
+    let roles: Vec<&str> = second.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+    assert_eq!(
+        second[2]["tool_calls"][0]["function"]["arguments"],
+        json!({"a": 2, "b": 3})
+    );
+    assert_eq!(second[3]["tool_name"], "everything__get-sum");
+    assert_eq!(second[3]["content"], "The sum of 2 and 3 is 5.");
+}
+
+#[test]
+fn no_tool_needed_streams_the_answer_and_json_reports_usage() {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![Reply::text("Hello! Nothing to compute here.")],
+    );
+    let run = run_with(&model, Wire::OpenAi, "Say hello", &["--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let events = run.events();
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "text_delta")
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Hello! Nothing to compute here.");
+    assert!(
+        events.iter().filter(|e| e["type"] == "text_delta").count() > 1,
+        "streamed in pieces"
+    );
+    let last = run.final_event();
+    assert_eq!(last["usage"], json!({"inputTokens": 11, "outputTokens": 7}));
+    assert_eq!(last["steps"], 1);
+    assert_eq!(
+        last["messages"][1],
+        json!({"role": "assistant", "content": "Hello! Nothing to compute here."})
+    );
+}
+
+#[test]
+fn parallel_calls_run_concurrently_and_results_keep_call_order() {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::calls(&[
+                (
+                    "call_slow",
+                    "everything__trigger-long-running-operation",
+                    r#"{"duration": 2, "steps": 2}"#,
+                ),
+                ("call_fast", "everything__echo", r#"{"message": "quick"}"#),
+                (
+                    "call_slow2",
+                    "everything__trigger-long-running-operation",
+                    r#"{"duration": 2, "steps": 1}"#,
+                ),
+            ]),
+            Reply::text("done"),
+        ],
+    );
+    let run = run_with(&model, Wire::OpenAi, "run them", &["--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let events = run.events();
+    let finished: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_call_finished")
+        .collect();
+    assert_eq!(finished.len(), 3);
+    for slow in finished
+        .iter()
+        .filter(|e| e["name"] == "everything__trigger-long-running-operation")
+    {
+        assert!(slow["duration_ms"].as_u64().unwrap() >= 1900, "{slow}");
+    }
+    // Two 2-second calls in sequence would take 4 s on their own.
+    assert!(
+        run.elapsed < Duration::from_millis(3900),
+        "took {:?}",
+        run.elapsed
+    );
+    let requests = model.requests();
+    let ids: Vec<&str> = messages(&requests[1])
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["call_slow", "call_fast", "call_slow2"]);
+    assert_eq!(
+        tool_reply(&model.requests()[1], "call_fast")["content"],
+        "Echo: quick"
+    );
+}
+
+#[test]
+fn chain_feeds_one_result_into_the_next_call() {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("call_a", "everything__get-sum", r#"{"a": 20, "b": 22}"#),
+            Reply::call(
+                "call_b",
+                "everything__echo",
+                r#"{"message": "the sum is 42"}"#,
+            ),
+            Reply::text("Echoed: the sum is 42"),
+        ],
+    );
+    let run = run_with(
+        &model,
+        Wire::OpenAi,
+        "add then echo",
+        &["--approve", "auto"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(
+        tool_reply(&requests[1], "call_a")["content"],
+        "The sum of 20 and 22 is 42."
+    );
+    let third = messages(&requests[2]);
+    let roles: Vec<&str> = third.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool", "assistant", "tool"],
+        "history kept in order"
+    );
+    assert_eq!(
+        tool_reply(&requests[2], "call_b")["content"],
+        "Echo: the sum is 42"
+    );
+}
+
+#[test]
+fn bad_calls_become_error_results_the_model_can_recover_from() {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::calls(&[
+                ("c_json", "everything__get-sum", r#"{"a": 2,"#),
+                ("c_unknown", "everything__get_sum", r#"{"a": 2, "b": 3}"#),
+                ("c_schema", "everything__get-sum", r#"{"a": "two", "b": 3}"#),
+                ("c_ok", "everything__get-sum", r#"{"a": 1, "b": 1}"#),
+            ]),
+            Reply::text("Recovered."),
+        ],
+    );
+    let run = run_with(&model, Wire::OpenAi, "try", &["--approve", "auto"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "Recovered.");
+    let second = &model.requests()[1];
+    let text = |id: &str| {
+        tool_reply(second, id)["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        text("c_json").starts_with("Error: arguments are not valid JSON"),
+        "{}",
+        text("c_json")
+    );
+    assert_eq!(
+        text("c_unknown"),
+        "Error: unknown tool \"everything__get_sum\"; did you mean everything__get-sum?"
+    );
+    assert!(
+        text("c_schema").starts_with("Error: arguments do not match the tool's input schema: /a:"),
+        "{}",
+        text("c_schema")
+    );
+    assert!(text("c_schema").contains("\"two\""), "{}", text("c_schema"));
+    assert_eq!(text("c_ok"), "The sum of 1 and 1 is 2.");
+}
+
+fn run_against(server: &str, model: &ScriptedModel, extra: &[&str]) -> Run {
+    let base = model.base_url();
+    let mut args = vec![
+        "run",
+        "--model",
+        "openai:scripted",
+        "--base-url",
+        &base,
+        "--stdio",
+        server,
+        "--approve",
+        "auto",
+    ];
+    args.extend_from_slice(extra);
+    args.push("go");
+    tether(&args)
+}
+
+#[test]
+fn tool_is_error_and_server_crash_reach_the_model() {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "misbehaving_server__boom", "{}"),
+            Reply::text("The disk is full."),
+        ],
+    );
+    let run = run_against(&misbehaving_stdio("tool-error"), &model, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        tool_reply(&model.requests()[1], "c1")["content"],
+        "Error: disk is full"
+    );
+
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "misbehaving_server__boom", "{}"),
+            Reply::text("The server crashed."),
+        ],
+    );
+    let run = run_against(&misbehaving_stdio("crash-on-call"), &model, &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let told = tool_reply(&model.requests()[1], "c1")["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(told.starts_with("Error: the call failed: server \"misbehaving_server\": tool \"boom\" failed: the server exited with status 70"), "{told}");
+}
+
+#[test]
+fn denied_approval_is_an_error_result_not_an_abort() {
+    // toggle-simulated-logging is not read-only, so the default policy asks; nobody can answer.
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "everything__toggle-simulated-logging", "{}"),
+            Reply::text("I was not allowed to."),
+        ],
+    );
+    let run = run_with(&model, Wire::OpenAi, "toggle logging", &["--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let told = tool_reply(&model.requests()[1], "c1")["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        told.contains("needs the user's approval and this run is non-interactive"),
+        "{told}"
+    );
+    assert!(
+        !run.events()
+            .iter()
+            .any(|e| e["type"] == "tool_call_started"),
+        "the tool never ran"
+    );
+
+    // Read-only tools run without approval.
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "everything__echo", r#"{"message": "hi"}"#),
+            Reply::text("ok"),
+        ],
+    );
+    let run = run_with(&model, Wire::OpenAi, "echo", &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        tool_reply(&model.requests()[1], "c1")["content"],
+        "Echo: hi"
+    );
+}
+
+#[test]
+fn max_steps_and_repeated_failures_stop_with_an_explanation() {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "everything__echo", r#"{"message": "1"}"#),
+            Reply::call("c2", "everything__echo", r#"{"message": "2"}"#),
+        ],
+    );
+    let run = run_with(&model, Wire::OpenAi, "loop", &["--max-steps", "2"]);
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("error: Stopped after 2 model calls (--max-steps 2)"),
+        "{}",
+        run.stderr
+    );
+
+    let same = || Reply::call("c", "everything__nope", "{}");
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![same(), same(), same(), Reply::text("unreachable")],
+    );
+    let run = run_with(&model, Wire::OpenAi, "loop", &[]);
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("Stopped: the model called everything__nope with the same arguments 3 times and it failed each time"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(model.requests().len(), 3);
+}
+
+#[test]
+fn prompt_based_mode_end_to_end() {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::text(
+                "```json\n{\"tool\": \"everything__get-sum\", \"arguments\": {\"a\": 2, \"b\": 3,}}\n```",
+            ),
+            Reply::text("The answer is 5."),
+        ],
+    );
+    let run = run_with(
+        &model,
+        Wire::OpenAi,
+        "What is 2+3?",
+        &["--tool-mode", "prompt", "--approve", "auto"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.stdout.trim(),
+        "The answer is 5.",
+        "the JSON call is not shown as the answer"
+    );
+    let requests = model.requests();
+    assert!(
+        requests[0].body.get("tools").is_none(),
+        "no native tools in prompt mode"
+    );
+    let system = messages(&requests[0])[0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("{\"tool\": \"<tool name>\", \"arguments\""),
+        "{system}"
+    );
+    assert!(system.contains("- everything__get-sum: "), "{system}");
+    let second = messages(&requests[1]);
+    let roles: Vec<&str> = second.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    assert_eq!(
+        second[3]["content"],
+        "Tool result for everything__get-sum (call call_1_0):\nThe sum of 2 and 3 is 5."
+    );
+}
+
+#[test]
+fn provider_rejecting_tools_switches_to_prompt_mode() {
+    let model = ScriptedModel::start(
+        Wire::Ollama,
+        vec![
+            Reply::error(
+                400,
+                json!({"error": "registry.ollama.ai/library/gemma3:1b does not support tools"}),
+            ),
+            Reply::text("{\"tool\": \"everything__echo\", \"arguments\": {\"message\": \"hi\"}}"),
+            Reply::text("Echo done."),
+        ],
+    );
+    let run = run_with(&model, Wire::Ollama, "echo hi", &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("switching to prompt-based tool calling"),
+        "{}",
+        run.stderr
+    );
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests[0].body.get("tools").is_some());
+    assert!(requests[1].body.get("tools").is_none());
+    assert!(
+        messages(&requests[2])[3]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Echo: hi")
+    );
+}
+
+#[test]
+fn rate_limit_then_success_honours_retry_after() {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::Http {
+                status: 429,
+                headers: vec![("retry-after-ms".into(), "300".into())],
+                body: json!({"error": {"message": "Rate limit reached", "type": "requests"}})
+                    .to_string(),
+            },
+            Reply::text("Fine now."),
+        ],
+    );
+    let run = run_with(&model, Wire::OpenAi, "hi", &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "Fine now.");
+    assert!(
+        run.stderr
+            .contains("rate limited: Rate limit reached; retrying in 0.3s (attempt 2 of 4)"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(model.requests().len(), 2);
+}
+
+#[test]
+fn context_window_and_auth_errors_are_reported_clearly() {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![Reply::error(
+            400,
+            json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.", "code": "context_length_exceeded"}}),
+        )],
+    );
+    let run = run_with(&model, Wire::OpenAi, "hi", &[]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("error: openai:scripted-model: the conversation is longer than the model's context window: This model's maximum context length is 8192 tokens."), "{}", run.stderr);
+    assert_eq!(model.requests().len(), 1, "not retried");
+
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![Reply::error(
+            401,
+            json!({"error": {"message": "Incorrect API key provided"}}),
+        )],
+    );
+    let run = run_with(&model, Wire::OpenAi, "hi", &[]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr
+            .contains("authentication failed: Incorrect API key provided (check OPENAI_API_KEY)"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn server_filesystem_tools_in_the_loop() {
+    let dir = std::env::temp_dir().join(format!("tether-fs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), "remember the milk").unwrap();
+    let server = format!(
+        "{} {}",
+        npm_bin("mcp-server-filesystem").display(),
+        dir.display()
+    );
+    let path = dir.join("notes.txt").display().to_string();
+    let arguments = json!({"path": path}).to_string();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "filesystem__read_text_file", &arguments),
+            Reply::text("It says to remember the milk."),
+        ],
+    );
+    let base = model.base_url();
+    let run = tether(&[
+        "run",
+        "--model",
+        "openai:scripted",
+        "--base-url",
+        &base,
+        "--stdio",
+        &server,
+        "What is in notes.txt?",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        tool_reply(&model.requests()[1], "c1")["content"],
+        "remember the milk"
+    );
+}
+
+#[test]
+fn missing_model_is_a_usage_error() {
+    let run = tether(&["run", "hello"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .contains("error: no model configured; pass --model provider:model"),
+        "{}",
+        run.stderr
+    );
+    let run = tether(&["run", "--model", "opnai:gpt-4o", "hello"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("unknown provider \"opnai\""),
+        "{}",
+        run.stderr
+    );
+}
