@@ -725,3 +725,61 @@ fn missing_model_is_a_usage_error() {
         run.stderr
     );
 }
+
+#[test]
+fn ctrl_c_cancels_the_turn_and_its_tool_call() {
+    use std::io::{BufRead, BufReader};
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![Reply::call(
+            "c1",
+            "everything__trigger-long-running-operation",
+            r#"{"duration": 30, "steps": 30}"#,
+        )],
+    );
+    let everything = everything_stdio();
+    let base = model.base_url();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "run",
+            "--json",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+            "--stdio",
+            &everything,
+            "wait",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Wait for the event, not for a guessed time: the call is running once it is announced.
+    let started = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("\"tool_call_started\""));
+    assert!(started.is_some(), "the tool call started");
+    let interrupted = Instant::now();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let code = child.wait().unwrap().code();
+    assert_eq!(code, Some(130), "{rest:?}");
+    assert!(
+        interrupted.elapsed() < Duration::from_secs(10),
+        "stopped promptly, not after the 30 s call"
+    );
+    let last: Value = serde_json::from_str(rest.last().unwrap()).unwrap();
+    assert_eq!(last["type"], "cancelled");
+    assert_eq!(
+        last["messages"][0]["role"], "user",
+        "the conversation so far is kept"
+    );
+}
