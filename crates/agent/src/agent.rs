@@ -232,30 +232,7 @@ impl<'a> Agent<'a> {
     }
 
     fn tool_definitions(&self) -> Vec<ToolDefinition> {
-        self.router
-            .tools()
-            .iter()
-            .map(|t| {
-                let mut description = t.tool.description.clone().unwrap_or_default();
-                if let Some(title) = t
-                    .tool
-                    .title
-                    .as_ref()
-                    .filter(|title| !description.contains(title.as_str()))
-                {
-                    description = if description.is_empty() {
-                        title.clone()
-                    } else {
-                        format!("{title}: {description}")
-                    };
-                }
-                ToolDefinition {
-                    name: t.qualified_name.clone(),
-                    description,
-                    parameters: t.tool.input_schema.clone(),
-                }
-            })
-            .collect()
+        tool_definitions(&self.router)
     }
 
     /// The system prompt: a usage guide, each server's instructions, the user's own prompt,
@@ -651,6 +628,34 @@ impl<'a> Agent<'a> {
         let images_ok = self.provider.accepts_tool_images() && !self.prompt_mode;
         result_for_model(result, self.options.max_result_chars, images_ok)
     }
+}
+
+/// The router's tools as offered to a model: qualified name, title and description, schema.
+pub fn tool_definitions(router: &ToolRouter) -> Vec<ToolDefinition> {
+    router
+        .tools()
+        .iter()
+        .map(|t| {
+            let mut description = t.tool.description.clone().unwrap_or_default();
+            if let Some(title) = t
+                .tool
+                .title
+                .as_ref()
+                .filter(|title| !description.contains(title.as_str()))
+            {
+                description = if description.is_empty() {
+                    title.clone()
+                } else {
+                    format!("{title}: {description}")
+                };
+            }
+            ToolDefinition {
+                name: t.qualified_name.clone(),
+                description,
+                parameters: t.tool.input_schema.clone(),
+            }
+        })
+        .collect()
 }
 
 fn duration_ms(d: Duration) -> u64 {

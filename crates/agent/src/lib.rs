@@ -10,6 +10,6 @@ pub mod results;
 
 pub use agent::{
     Agent, AgentError, AgentEvent, AgentOptions, ApprovalRequest, Approver, NonInteractive,
-    ToolMode, TurnOutcome,
+    ToolMode, TurnOutcome, tool_definitions,
 };
 pub use approval::{ApprovalMode, ApprovalRules, Decision, decide};

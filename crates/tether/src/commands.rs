@@ -15,9 +15,18 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
     let json = global.json;
     match command {
         Command::Run { question, model } => {
-            crate::run::run(servers, settings, model, question, json).await
+            crate::run::run(with_builtin(servers)?, settings, model, question, json).await
         }
-        Command::Chat { model } => crate::run::chat(servers, settings, model).await,
+        Command::Chat { model } => crate::run::chat(with_builtin(servers)?, settings, model).await,
+        Command::Model { action } => crate::run::model_command(&action).await,
+        Command::BuiltinServer => {
+            let root = std::env::current_dir()
+                .map_err(|e| Failure::usage(format!("cannot read the working directory: {e}")))?;
+            tether_mcp::builtin::BuiltinServer::new(root)
+                .serve_stdio()
+                .await
+                .map_err(Failure::partial)
+        }
         Command::Servers => servers_command(&servers, json).await,
         Command::Tools { server, schema } => {
             let registry = start(&servers, server.as_deref()).await?;
@@ -101,6 +110,24 @@ fn server_configs(
         }
     }
     Ok((servers, settings))
+}
+
+/// With no servers configured, `run` and `chat` get the built-in tools, spoken to over MCP
+/// like any other server.
+fn with_builtin(mut servers: Vec<ServerConfig>) -> Result<Vec<ServerConfig>, Failure> {
+    if servers.is_empty() {
+        let exe = std::env::current_exe().map_err(|e| {
+            Failure::usage(format!(
+                "cannot find the tether binary to start the built-in tools: {e}"
+            ))
+        })?;
+        servers.push(ServerConfig::stdio(
+            "builtin",
+            exe.display().to_string(),
+            vec!["builtin-server".into()],
+        ));
+    }
+    Ok(servers)
 }
 
 /// Starts one named server, or all of them.

@@ -72,6 +72,16 @@ enum Command {
     },
     /// Start every configured server and report status, protocol, capabilities and counts.
     Servers,
+    /// Manage the embedded model: `pull` downloads and verifies the default model, `path`
+    /// prints where it is cached.
+    Model {
+        /// `pull` or `path`.
+        #[arg(value_parser = ["pull", "path"])]
+        action: String,
+    },
+    /// Run the built-in tools as an MCP server on stdio (used when no servers are configured).
+    #[command(hide = true)]
+    BuiltinServer,
     /// List tools with their qualified names, descriptions and annotations.
     Tools {
         /// Only this server.

@@ -43,6 +43,9 @@ pub struct ModelArgs {
     /// Extra system prompt, added after Tether's.
     #[arg(long, value_name = "TEXT")]
     pub system_prompt: Option<String>,
+    /// Embedded model only: decode tool calls without the grammar (to measure its effect).
+    #[arg(long, hide = true)]
+    pub no_grammar: bool,
 }
 
 /// `--tool-mode`.
@@ -77,12 +80,13 @@ struct Setup {
     options: AgentOptions,
 }
 
-fn setup(args: &ModelArgs, settings: &Map<String, Value>) -> Result<Setup, Failure> {
+async fn setup(args: &ModelArgs, settings: &Map<String, Value>) -> Result<Setup, Failure> {
     let spec = args
         .model
         .clone()
         .or_else(|| std::env::var("TETHER_MODEL").ok().filter(|m| !m.is_empty()))
         .or_else(|| settings.get("model").and_then(Value::as_str).map(str::to_string))
+        .or_else(default_model)
         .ok_or_else(|| {
             Failure::usage(
                 "no model configured; pass --model provider:model (e.g. openai:gpt-4o-mini with OPENAI_API_KEY, or ollama:qwen3:4b), set TETHER_MODEL, or add \"model\" to the config",
@@ -94,14 +98,18 @@ fn setup(args: &ModelArgs, settings: &Map<String, Value>) -> Result<Setup, Failu
             .and_then(Value::as_str)
             .map(str::to_string)
     });
-    let provider = provider_for(
-        &spec,
-        &ProviderOptions {
-            base_url,
-            ..ProviderOptions::default()
-        },
-    )
-    .map_err(|e| Failure::usage(e.to_string()))?;
+    let provider = if spec == "local" || spec.starts_with("local:") {
+        local_provider(&spec, args).await?
+    } else {
+        provider_for(
+            &spec,
+            &ProviderOptions {
+                base_url,
+                ..ProviderOptions::default()
+            },
+        )
+        .map_err(|e| Failure::usage(e.to_string()))?
+    };
     let approval_rules: ApprovalRules = match settings.get("approval") {
         Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
             Failure::usage(format!(
@@ -127,6 +135,101 @@ fn setup(args: &ModelArgs, settings: &Map<String, Value>) -> Result<Setup, Failu
         ..AgentOptions::default()
     };
     Ok(Setup { provider, options })
+}
+
+/// The model used when none is configured: the embedded one, when built in.
+fn default_model() -> Option<String> {
+    cfg!(feature = "local").then(|| "local".to_string())
+}
+
+/// Prints download progress on stderr: a live line on a terminal, quarters otherwise.
+fn progress_printer() -> impl Fn(u64, Option<u64>, &str) + Sync {
+    let terminal = std::io::stderr().is_terminal();
+    let last_quarter = std::sync::atomic::AtomicU64::new(0);
+    move |done, total, source| {
+        let mb = |b: u64| b as f64 / 1_000_000.0;
+        let Some(total) = total.filter(|t| *t > 0) else {
+            return;
+        };
+        let percent = done * 100 / total;
+        if terminal {
+            eprint!(
+                "\rdownloading the default model from {source}: {percent:3}% ({:.0}/{:.0} MB)",
+                mb(done),
+                mb(total)
+            );
+            if done >= total {
+                eprintln!();
+            }
+        } else {
+            let quarter = percent / 25;
+            if quarter > last_quarter.swap(quarter, std::sync::atomic::Ordering::Relaxed)
+                || done == 0
+            {
+                eprintln!("downloading the default model from {source}: {percent}%");
+            }
+        }
+    }
+}
+
+#[cfg(feature = "local")]
+async fn local_provider(spec: &str, args: &ModelArgs) -> Result<Box<dyn Provider>, Failure> {
+    use tether_local::{DEFAULT_MODEL_NAME, LocalOptions, LocalProvider, provision};
+    let (path, name) = match spec.strip_prefix("local:") {
+        Some(path) => (std::path::PathBuf::from(path), spec.to_string()),
+        None => {
+            let progress = progress_printer();
+            let path = provision::ensure_default_model(&progress)
+                .await
+                .map_err(Failure::partial)?;
+            (path, DEFAULT_MODEL_NAME.to_string())
+        }
+    };
+    let options = LocalOptions {
+        grammar: !args.no_grammar,
+        ..LocalOptions::default()
+    };
+    let provider = tokio::task::spawn_blocking(move || LocalProvider::load(&path, name, options))
+        .await
+        .map_err(|e| Failure::partial(format!("loading the model failed: {e}")))?
+        .map_err(|e| model_failure(&e))?;
+    Ok(Box::new(provider))
+}
+
+#[cfg(not(feature = "local"))]
+async fn local_provider(spec: &str, _args: &ModelArgs) -> Result<Box<dyn Provider>, Failure> {
+    Err(Failure::usage(format!(
+        "--model {spec}: this build has no embedded model; rebuild with the \"local\" feature or use a remote provider"
+    )))
+}
+
+/// `tether model pull|path`.
+pub async fn model_command(action: &str) -> Result<(), Failure> {
+    #[cfg(feature = "local")]
+    {
+        use tether_local::provision;
+        if action == "path" {
+            println!(
+                "{}",
+                provision::model_dir()
+                    .join(provision::DEFAULT_MODEL_FILE)
+                    .display()
+            );
+            return Ok(());
+        }
+        let progress = progress_printer();
+        let path = provision::ensure_default_model(&progress)
+            .await
+            .map_err(Failure::partial)?;
+        println!("{}", path.display());
+        Ok(())
+    }
+    #[cfg(not(feature = "local"))]
+    {
+        Err(Failure::usage(format!(
+            "tether model {action}: this build has no embedded model"
+        )))
+    }
 }
 
 /// Asks on the terminal; only used when stdin and stderr are terminals.
@@ -269,7 +372,7 @@ pub async fn run(
     question: String,
     json: bool,
 ) -> Result<(), Failure> {
-    let Setup { provider, options } = setup(&args, &settings)?;
+    let Setup { provider, options } = setup(&args, &settings).await?;
     let registry = ServerRegistry::start(servers).await;
     for failure in registry.failures() {
         if json {
@@ -358,7 +461,7 @@ pub async fn chat(
     settings: Map<String, Value>,
     args: ModelArgs,
 ) -> Result<(), Failure> {
-    let Setup { provider, options } = setup(&args, &settings)?;
+    let Setup { provider, options } = setup(&args, &settings).await?;
     let registry = ServerRegistry::start(servers).await;
     for failure in registry.failures() {
         eprintln!("warning: {failure}");

@@ -1,0 +1,138 @@
+//! GBNF grammars that make small models call tools correctly: the output must be
+//! `{"tool": "<one of the tool names>", "arguments": {…}}` with each tool's required arguments
+//! in schema order and typed as the schema says. The name comes first, so once it is chosen
+//! the grammar only allows that tool's arguments.
+
+use serde_json::Value;
+use tether_protocol::chat::ToolDefinition;
+
+/// The text a tool call starts with; also the trigger of the lazy grammar.
+pub const CALL_OPENER: &str = "{\"tool\": ";
+
+/// Longest string argument, to keep a rambling model from running on forever.
+const MAX_STRING_CHARS: usize = 200;
+
+fn literal(text: &str) -> String {
+    let escaped: String = text
+        .chars()
+        .map(|c| match c {
+            '"' => "\\\"".to_string(),
+            '\\' => "\\\\".to_string(),
+            '\n' => "\\n".to_string(),
+            c => c.to_string(),
+        })
+        .collect();
+    format!("\"{escaped}\"")
+}
+
+/// A JSON string literal (the quotes included) as a GBNF literal.
+fn json_literal(text: &str) -> String {
+    literal(&serde_json::to_string(text).unwrap_or_default())
+}
+
+/// The grammar rule for one schema value.
+fn value_rule(schema: &Value) -> String {
+    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+        let alternatives: Vec<String> = options.iter().map(|o| literal(&o.to_string())).collect();
+        if !alternatives.is_empty() {
+            return format!("({})", alternatives.join(" | "));
+        }
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") => "string".into(),
+        Some("integer") => "integer".into(),
+        Some("number") => "number".into(),
+        Some("boolean") => "boolean".into(),
+        Some("array") => "array".into(),
+        Some("object") => "object".into(),
+        _ => "value".into(),
+    }
+}
+
+/// The arguments object of one tool: required properties in schema order.
+fn arguments_rule(schema: &Value) -> String {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let mut parts = Vec::new();
+    if let Some(properties) = properties {
+        for (name, property) in properties {
+            if required.contains(&name.as_str()) {
+                parts.push(format!(
+                    "{} \": \" {}",
+                    json_literal(name),
+                    value_rule(property)
+                ));
+            }
+        }
+    }
+    if parts.is_empty() {
+        return "\"{}\"".into();
+    }
+    format!("\"{{\" {} \"}}\"", parts.join(" \", \" "))
+}
+
+/// A grammar whose root is one tool call among `tools`.
+pub fn tool_call_grammar(tools: &[ToolDefinition]) -> String {
+    let mut rules = Vec::new();
+    let mut alternatives = Vec::new();
+    for (index, tool) in tools.iter().enumerate() {
+        let rule = format!("call{index}");
+        rules.push(format!(
+            "{rule} ::= {} {} \", \\\"arguments\\\": \" {} \"}}\"",
+            literal(CALL_OPENER),
+            json_literal(&tool.name),
+            arguments_rule(&tool.parameters)
+        ));
+        alternatives.push(rule);
+    }
+    let mut grammar = format!("root ::= {}\n", alternatives.join(" | "));
+    for rule in rules {
+        grammar.push_str(&rule);
+        grammar.push('\n');
+    }
+    grammar.push_str(&format!(
+        r#"string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{{4}}) ){{0,{MAX_STRING_CHARS}}} "\""
+integer ::= "-"? [0-9]{{1,15}}
+number ::= "-"? [0-9]{{1,15}} ("." [0-9]{{1,10}})?
+boolean ::= "true" | "false"
+ws ::= [ ]?
+value ::= object | array | string | number | boolean | "null"
+object ::= "{{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}}"
+array ::= "[" ws ( value ( "," ws value )* )? "]"
+"#
+    ));
+    grammar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn name_first_then_typed_required_arguments() {
+        let tools = vec![
+            ToolDefinition {
+                name: "builtin__add".into(),
+                description: "Add".into(),
+                parameters: json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
+            },
+            ToolDefinition {
+                name: "builtin__current_time".into(),
+                description: "Now".into(),
+                parameters: json!({"type": "object", "properties": {"zone": {"type": "string", "enum": ["utc", "local"]}}}),
+            },
+        ];
+        let grammar = tool_call_grammar(&tools);
+        assert!(grammar.starts_with("root ::= call0 | call1\n"), "{grammar}");
+        assert!(
+            grammar.contains(r#"call0 ::= "{\"tool\": " "\"builtin__add\"" ", \"arguments\": " "{" "\"a\"" ": " number ", " "\"b\"" ": " number "}" "}""#),
+            "{grammar}"
+        );
+        assert!(grammar.contains(r#"call1 ::= "{\"tool\": " "\"builtin__current_time\"" ", \"arguments\": " "{}" "}""#), "{grammar}");
+    }
+}

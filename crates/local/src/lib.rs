@@ -1,0 +1,408 @@
+//! The embedded model: a GGUF model run in-process with llama.cpp (through `llama-cpp-2`),
+//! exposed as a `tether-llm` [`Provider`]. Prompts are rendered with the model's own chat
+//! template; tool calls are made reliable for small models by grammar-constrained decoding
+//! (the tool name first, then its typed arguments); the default model is fetched, verified and
+//! cached on first use.
+//!
+//! Tool policy: when the last message is the user's and tools are offered, a call is required
+//! and the strict grammar applies (a 135M model cannot be trusted to decide by itself); after
+//! tool results the model answers in free text. With `tool_choice: none` no grammar is used.
+
+pub mod grammar;
+pub mod provision;
+pub mod template;
+
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use futures::future::BoxFuture;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::sampling::LlamaSampler;
+use serde_json::Value;
+use tether_llm::provider::EventStream;
+use tether_llm::{ChatRequest, LlmError, Provider, StopReason, StreamEvent, ToolChoice};
+use tether_protocol::chat::{Message, ToolDefinition, Usage};
+
+use crate::grammar::tool_call_grammar;
+use crate::template::ChatTemplate;
+
+/// The model name `--model local` stands for.
+pub const DEFAULT_MODEL_NAME: &str = "local:SmolLM2-135M-Instruct";
+const MAX_CONTEXT: u32 = 8192;
+const DEFAULT_MAX_TOKENS: u32 = 512;
+const MAX_CALL_TOKENS: u32 = 256;
+
+static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+
+fn backend() -> Result<&'static LlamaBackend, LlmError> {
+    BACKEND
+        .get_or_init(|| {
+            // llama.cpp logs a lot; route it to tracing (visible with -vv) instead of stderr.
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| format!("cannot start llama.cpp: {e}"))
+        })
+        .as_ref()
+        .map_err(|e| LlmError::Config(e.clone()))
+}
+
+/// Physical cores, which is what llama.cpp runs best on.
+pub fn default_threads() -> i32 {
+    let logical = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let physical = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .map(|info| {
+            let mut pairs = std::collections::HashSet::new();
+            let mut physical_id = String::new();
+            for line in info.lines() {
+                if let Some(v) = line.strip_prefix("physical id") {
+                    physical_id = v.trim_start_matches([' ', '\t', ':']).to_string();
+                } else if let Some(v) = line.strip_prefix("core id") {
+                    pairs.insert((
+                        physical_id.clone(),
+                        v.trim_start_matches([' ', '\t', ':']).to_string(),
+                    ));
+                }
+            }
+            pairs.len()
+        })
+        .filter(|&n| n > 0)
+        .unwrap_or(logical);
+    i32::try_from(physical.min(logical).max(1)).unwrap_or(1)
+}
+
+/// A loaded model, shared by every request.
+struct Engine {
+    model: LlamaModel,
+    template: ChatTemplate,
+    threads: i32,
+    context_size: u32,
+}
+
+/// Settings of the embedded provider.
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// Use grammar-constrained decoding for tool calls (off only to measure its effect).
+    pub grammar: bool,
+    /// Threads for llama.cpp.
+    pub threads: i32,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        LocalOptions {
+            grammar: true,
+            threads: default_threads(),
+        }
+    }
+}
+
+/// A GGUF model running in this process.
+pub struct LocalProvider {
+    name: String,
+    engine: Arc<Engine>,
+    options: LocalOptions,
+}
+
+impl LocalProvider {
+    /// Loads `path`; `name` is what messages call it.
+    pub fn load(
+        path: &Path,
+        name: String,
+        options: LocalOptions,
+    ) -> Result<LocalProvider, LlmError> {
+        let backend = backend()?;
+        if !path.is_file() {
+            return Err(LlmError::Config(format!(
+                "{name}: model file {} does not exist",
+                path.display()
+            )));
+        }
+        let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
+            .map_err(|e| {
+                LlmError::Config(format!("{name}: cannot load {}: {e}", path.display()))
+            })?;
+        let source = model.meta_val_str("tokenizer.chat_template").ok();
+        let piece = |token| {
+            String::from_utf8_lossy(&model.vocab().token_to_piece(token, true, None)).into_owned()
+        };
+        let template = ChatTemplate::new(
+            source,
+            piece(model.vocab().bos()),
+            piece(model.vocab().eos()),
+        );
+        let context_size = model.n_ctx_train().clamp(512, MAX_CONTEXT);
+        let engine = Engine {
+            model,
+            template,
+            threads: options.threads,
+            context_size,
+        };
+        Ok(LocalProvider {
+            name,
+            engine: Arc::new(engine),
+            options,
+        })
+    }
+}
+
+/// What the grammar does for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CallMode {
+    /// Free text.
+    Answer,
+    /// Exactly one tool call, grammar-constrained.
+    RequiredCall,
+    /// No grammar, but the text is checked for a call (grammar switched off).
+    UnconstrainedCall,
+}
+
+fn tool_guide(tools: &[ToolDefinition]) -> String {
+    let mut text = String::from(
+        "You have tools. To use one, reply only with JSON: {\"tool\": \"<name>\", \"arguments\": {...}}\nTools:\n",
+    );
+    for tool in tools {
+        text.push_str(&format!(
+            "- {}: {} Arguments: {}\n",
+            tool.name, tool.description, tool.parameters
+        ));
+    }
+    text
+}
+
+impl Provider for LocalProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn stream<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+    ) -> BoxFuture<'a, Result<EventStream, LlmError>> {
+        Box::pin(async move {
+            let last_is_user = matches!(request.messages.last(), Some(Message::User { .. }));
+            let wants_call = !request.tools.is_empty()
+                && request.tool_choice != ToolChoice::None
+                && (last_is_user || request.tool_choice == ToolChoice::Required);
+            let mode = match (wants_call, self.options.grammar) {
+                (false, _) => CallMode::Answer,
+                (true, true) => CallMode::RequiredCall,
+                (true, false) => CallMode::UnconstrainedCall,
+            };
+            let tools = if mode == CallMode::Answer {
+                &[][..]
+            } else {
+                &request.tools[..]
+            };
+            let guide = tool_guide(tools);
+            let prompt = self
+                .engine
+                .template
+                .render(&request.messages, tools, Some(&guide))
+                .map_err(|e| LlmError::InvalidResponse {
+                    provider: self.name.clone(),
+                    message: e,
+                })?;
+            let grammar = (mode == CallMode::RequiredCall).then(|| tool_call_grammar(tools));
+            let max_tokens = match mode {
+                CallMode::Answer => request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+                _ => MAX_CALL_TOKENS,
+            };
+            let (tx, rx) = futures::channel::mpsc::unbounded();
+            let engine = self.engine.clone();
+            let name = self.name.clone();
+            tokio::task::spawn_blocking(move || {
+                let failure = tx.clone();
+                if let Err(error) = generate(
+                    &engine,
+                    &name,
+                    &prompt,
+                    grammar.as_deref(),
+                    mode,
+                    max_tokens,
+                    &tx,
+                ) {
+                    let _ = failure.unbounded_send(Err(error));
+                }
+            });
+            Ok(Box::pin(rx) as EventStream)
+        })
+    }
+}
+
+type Sender = futures::channel::mpsc::UnboundedSender<Result<StreamEvent, LlmError>>;
+
+fn generate(
+    engine: &Engine,
+    name: &str,
+    prompt: &str,
+    grammar: Option<&str>,
+    mode: CallMode,
+    max_tokens: u32,
+    tx: &Sender,
+) -> Result<(), LlmError> {
+    let backend = backend()?;
+    let model = &engine.model;
+    let vocab = model.vocab();
+    let fail = |message: String| LlmError::InvalidResponse {
+        provider: name.to_string(),
+        message,
+    };
+    let tokens = vocab.tokenize(prompt.as_bytes(), vocab.should_add_bos(), true);
+    let budget = engine.context_size as usize;
+    if tokens.len() + max_tokens as usize > budget {
+        return Err(LlmError::ContextWindow {
+            provider: name.to_string(),
+            message: format!(
+                "the prompt is {} tokens and the answer may need {max_tokens}, but the context holds {budget}",
+                tokens.len()
+            ),
+        });
+    }
+    let batch_size = tokens.len().max(512);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(engine.context_size))
+        .with_n_batch(u32::try_from(batch_size).unwrap_or(u32::MAX))
+        .with_n_threads(engine.threads)
+        .with_n_threads_batch(engine.threads);
+    let mut context = model
+        .new_context(backend, params)
+        .map_err(|e| fail(format!("cannot create a context: {e}")))?;
+    let mut batch = LlamaBatch::new(batch_size, 1);
+    let last = tokens.len().saturating_sub(1);
+    for (position, token) in tokens.iter().enumerate() {
+        batch
+            .add(
+                *token,
+                i32::try_from(position).unwrap_or(i32::MAX),
+                &[0],
+                position == last,
+            )
+            .map_err(|e| fail(format!("cannot queue the prompt: {e}")))?;
+    }
+    context
+        .decode(&mut batch)
+        .map_err(|e| fail(format!("cannot evaluate the prompt: {e}")))?;
+
+    let mut samplers = Vec::new();
+    if let Some(grammar) = grammar {
+        samplers.push(
+            LlamaSampler::grammar(model, grammar, "root")
+                .map_err(|e| fail(format!("the tool grammar is invalid: {e}")))?,
+        );
+    } else {
+        samplers.push(LlamaSampler::penalties(model.n_vocab(), 64, 1.1, 0.0, 0.0));
+    }
+    samplers.push(LlamaSampler::greedy());
+    let mut sampler = LlamaSampler::chain_simple(samplers);
+
+    let mut text = String::new();
+    let mut pending_bytes: Vec<u8> = Vec::new();
+    let mut position = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
+    let mut generated = 0u64;
+    let mut stop = StopReason::MaxTokens;
+    for _ in 0..max_tokens {
+        let token = sampler.sample(&context, batch.n_tokens() - 1);
+        if vocab.is_eog(token) {
+            stop = StopReason::EndTurn;
+            break;
+        }
+        generated += 1;
+        pending_bytes.extend(vocab.token_to_piece(token, false, None));
+        // Emit only complete UTF-8; a character may span tokens.
+        let valid = match std::str::from_utf8(&pending_bytes) {
+            Ok(s) => s.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        if valid > 0 {
+            let piece = String::from_utf8_lossy(&pending_bytes[..valid]).into_owned();
+            pending_bytes.drain(..valid);
+            text.push_str(&piece);
+            if mode == CallMode::Answer
+                && tx
+                    .unbounded_send(Ok(StreamEvent::TextDelta(piece)))
+                    .is_err()
+            {
+                // The receiver is gone: the turn was cancelled.
+                return Ok(());
+            }
+        }
+        if tx.is_closed() {
+            return Ok(());
+        }
+        if mode == CallMode::RequiredCall && serde_json::from_str::<Value>(&text).is_ok() {
+            stop = StopReason::ToolCalls;
+            break;
+        }
+        batch.clear();
+        batch
+            .add(token, position, &[0], true)
+            .map_err(|e| fail(format!("cannot queue a token: {e}")))?;
+        position += 1;
+        context
+            .decode(&mut batch)
+            .map_err(|e| fail(format!("cannot evaluate a token: {e}")))?;
+    }
+    let _ = tx.unbounded_send(Ok(StreamEvent::Usage(Usage {
+        input_tokens: tokens.len() as u64,
+        output_tokens: generated,
+    })));
+    if mode != CallMode::Answer {
+        // The first complete call in the text, as a native tool call.
+        let calls = find_call(&text);
+        match calls {
+            Some((tool, arguments)) => {
+                let _ = tx.unbounded_send(Ok(StreamEvent::ToolCallDelta {
+                    index: 0,
+                    id: Some(format!("call_{}", position)),
+                    name: Some(tool),
+                    arguments,
+                }));
+                stop = StopReason::ToolCalls;
+            }
+            None => {
+                let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(text.clone())));
+            }
+        }
+    }
+    let _ = tx.unbounded_send(Ok(StreamEvent::Stop(stop)));
+    Ok(())
+}
+
+/// The first `{"tool": …, "arguments": …}` object in `text`.
+fn find_call(text: &str) -> Option<(String, String)> {
+    let start = text.find('{')?;
+    let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
+    let value = stream.next()?.ok()?;
+    let tool = value
+        .get("tool")
+        .or_else(|| value.get("name"))?
+        .as_str()?
+        .to_string();
+    let arguments = value
+        .get("arguments")
+        .cloned()
+        .unwrap_or(Value::Object(Default::default()));
+    Some((tool, arguments.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_call_is_found_in_text() {
+        assert_eq!(
+            find_call("{\"tool\": \"b__add\", \"arguments\": {\"a\": 1}} trailing"),
+            Some(("b__add".into(), "{\"a\":1}".into()))
+        );
+        assert_eq!(find_call("no call here"), None);
+        assert!(default_threads() >= 1);
+    }
+}

@@ -1,0 +1,222 @@
+//! Chat templates: the model's own Jinja template from its GGUF metadata, rendered with
+//! minijinja (Python string methods via minijinja-contrib), with tools passed in when the
+//! template knows about them and described in the system message when it does not. ChatML is
+//! the fallback for models without a template.
+
+use minijinja::{Environment, Error, ErrorKind, context};
+use serde_json::{Value, json};
+use tether_protocol::chat::{Message, ToolDefinition};
+
+const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/// A model's chat template.
+#[derive(Debug, Clone)]
+pub struct ChatTemplate {
+    source: String,
+    bos: String,
+    eos: String,
+}
+
+impl ChatTemplate {
+    /// From GGUF metadata; `None` falls back to ChatML.
+    pub fn new(source: Option<String>, bos: String, eos: String) -> ChatTemplate {
+        ChatTemplate {
+            source: source
+                .filter(|s| !s.trim().is_empty())
+                .unwrap_or_else(|| CHATML.to_string()),
+            bos,
+            eos,
+        }
+    }
+
+    /// Whether the template renders a `tools` list itself.
+    pub fn supports_tools(&self) -> bool {
+        self.source.contains("tools")
+    }
+
+    /// Whether the template knows tool calls and the `tool` role.
+    fn knows_tool_role(&self) -> bool {
+        self.source.contains("tool_calls")
+            || self.source.contains("'tool'")
+            || self.source.contains("\"tool\"")
+    }
+
+    /// Renders the prompt for `messages`, ending with the assistant's turn opener.
+    pub fn render(
+        &self,
+        messages: &[Message],
+        tools: &[ToolDefinition],
+        tool_guide: Option<&str>,
+    ) -> Result<String, String> {
+        let native_tools = self.supports_tools() && !tools.is_empty();
+        let tool_role = self.knows_tool_role();
+        // Small models without a tool role imitate the JSON calls in the history instead of
+        // answering, so when no call is wanted the calls are left out and each result is
+        // phrased as something the user reports.
+        let answering = tools.is_empty() && !tool_role;
+        let mut rendered: Vec<Value> = Vec::new();
+        for message in messages {
+            rendered.push(match message {
+                Message::System { content } => json!({"role": "system", "content": content}),
+                Message::User { content } => json!({"role": "user", "content": content}),
+                Message::Assistant { content, tool_calls } => {
+                    let calls_text: Vec<String> = tool_calls
+                        .iter()
+                        .map(|c| {
+                            let arguments: Value = serde_json::from_str(&c.arguments).unwrap_or(json!({}));
+                            json!({"tool": c.name, "arguments": arguments}).to_string()
+                        })
+                        .collect();
+                    if answering && !tool_calls.is_empty() && content.trim_start().starts_with(['{', '[']) || answering && content.is_empty() {
+                        continue;
+                    }
+                    let text = if content.is_empty() { calls_text.join("\n") } else { content.clone() };
+                    let mut m = json!({"role": "assistant", "content": text});
+                    if tool_role && !tool_calls.is_empty() {
+                        m["tool_calls"] = tool_calls
+                            .iter()
+                            .map(|c| {
+                                let arguments: Value = serde_json::from_str(&c.arguments).unwrap_or(json!({}));
+                                json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments}})
+                            })
+                            .collect();
+                    }
+                    m
+                }
+                Message::Tool { name, content, tool_call_id, .. } => {
+                    if tool_role {
+                        json!({"role": "tool", "name": name, "tool_call_id": tool_call_id, "content": content})
+                    } else if answering {
+                        let short = name.split("__").last().unwrap_or(name);
+                        json!({"role": "user", "content": format!("The {short} tool returned: {content}\nUse this to answer my question in a short sentence.")})
+                    } else {
+                        json!({"role": "user", "content": format!("Result of {name}: {content}")})
+                    }
+                }
+            });
+        }
+        if let Some(guide) = tool_guide.filter(|_| !native_tools && !tools.is_empty()) {
+            match rendered.first_mut() {
+                Some(first) if first["role"] == "system" => {
+                    let text = format!(
+                        "{}\n\n{guide}",
+                        first["content"].as_str().unwrap_or_default()
+                    );
+                    first["content"] = json!(text);
+                }
+                _ => rendered.insert(0, json!({"role": "system", "content": guide})),
+            }
+        }
+        let tool_values: Vec<Value> = tools
+            .iter()
+            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+            .collect();
+        let mut env = Environment::new();
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |message: String| -> Result<String, Error> {
+                Err(Error::new(ErrorKind::InvalidOperation, message))
+            },
+        );
+        env.add_function("strftime_now", |format: String| {
+            chrono::Local::now().format(&format).to_string()
+        });
+        env.add_template("chat", &self.source)
+            .map_err(|e| format!("the model's chat template does not parse: {e}"))?;
+        let template = env.get_template("chat").map_err(|e| e.to_string())?;
+        let ctx = if native_tools {
+            context! { messages => rendered, tools => tool_values, add_generation_prompt => true, bos_token => self.bos, eos_token => self.eos }
+        } else {
+            context! { messages => rendered, add_generation_prompt => true, bos_token => self.bos, eos_token => self.eos }
+        };
+        template
+            .render(ctx)
+            .map_err(|e| format!("the model's chat template failed: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_protocol::chat::ToolCall;
+
+    const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    #[test]
+    fn smollm2_template_with_tools_in_the_system_prompt() {
+        let template = ChatTemplate::new(Some(SMOLLM2.into()), String::new(), String::new());
+        let tools = vec![ToolDefinition {
+            name: "b__add".into(),
+            description: "Add".into(),
+            parameters: json!({}),
+        }];
+        let messages = vec![
+            Message::system("Be brief."),
+            Message::user("10+20?"),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "c".into(),
+                    name: "b__add".into(),
+                    arguments: "{\"a\":10,\"b\":20}".into(),
+                }],
+            },
+            Message::Tool {
+                tool_call_id: "c".into(),
+                name: "b__add".into(),
+                content: "30".into(),
+                images: vec![],
+                is_error: false,
+            },
+        ];
+        let prompt = template
+            .render(&messages, &tools, Some("TOOLS: b__add"))
+            .unwrap();
+        assert_eq!(
+            prompt,
+            "<|im_start|>system\nBe brief.\n\nTOOLS: b__add<|im_end|>\n<|im_start|>user\n10+20?<|im_end|>\n<|im_start|>assistant\n{\"tool\":\"b__add\",\"arguments\":{\"a\":10,\"b\":20}}<|im_end|>\n<|im_start|>user\nResult of b__add: 30<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn answering_after_tools_hides_the_json_calls() {
+        let template = ChatTemplate::new(Some(SMOLLM2.into()), String::new(), String::new());
+        let messages = vec![
+            Message::user("10+20?"),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "c".into(),
+                    name: "b__add".into(),
+                    arguments: "{}".into(),
+                }],
+            },
+            Message::Tool {
+                tool_call_id: "c".into(),
+                name: "b__add".into(),
+                content: "30".into(),
+                images: vec![],
+                is_error: false,
+            },
+        ];
+        let prompt = template.render(&messages, &[], None).unwrap();
+        assert!(!prompt.contains("\"tool\""), "{prompt}");
+        assert!(prompt.contains("The add tool returned: 30"), "{prompt}");
+    }
+
+    #[test]
+    fn templates_with_tools_get_them_natively() {
+        let source = "{% if tools %}{% for t in tools %}[{{ t.function.name }}]{% endfor %}{% endif %}{% for m in messages %}{{ m.role }}:{{ m.content.strip() }};{% endfor %}";
+        let template = ChatTemplate::new(Some(source.into()), String::new(), String::new());
+        let tools = vec![ToolDefinition {
+            name: "b__add".into(),
+            description: "Add".into(),
+            parameters: json!({}),
+        }];
+        let prompt = template
+            .render(&[Message::user(" hi ")], &tools, Some("unused"))
+            .unwrap();
+        assert_eq!(prompt, "[b__add]user:hi;");
+    }
+}

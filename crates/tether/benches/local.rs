@@ -1,0 +1,182 @@
+//! Embedded-model benchmark, run with `cargo bench -p tether --bench local` (or
+//! scripts/bench.sh): tool-call accuracy of the default model over a fixed set of prompts,
+//! with and without grammar-constrained decoding, against the built-in tools and
+//! server-everything's tools offered together (20 tools), plus prompt and generation speed.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
+
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use test_support::npm_bin;
+use tether_llm::{ChatRequest, ToolChoice, complete};
+use tether_local::{LocalOptions, LocalProvider, provision};
+use tether_mcp::{ServerConfig, ServerRegistry};
+use tether_protocol::chat::Message;
+
+/// (prompt, expected qualified tool, expected arguments — only these keys are checked)
+fn cases() -> Vec<(&'static str, &'static str, Value)> {
+    vec![
+        (
+            "What is 10 + 20? Use the add tool.",
+            "builtin__add",
+            json!({"a": 10, "b": 20}),
+        ),
+        ("Add 7 and 35.", "builtin__add", json!({"a": 7, "b": 35})),
+        (
+            "What is 15 plus 27?",
+            "builtin__add",
+            json!({"a": 15, "b": 27}),
+        ),
+        (
+            "Subtract 4 from 19.",
+            "builtin__subtract",
+            json!({"a": 19, "b": 4}),
+        ),
+        (
+            "What is 9 minus 2?",
+            "builtin__subtract",
+            json!({"a": 9, "b": 2}),
+        ),
+        (
+            "What is 6 times 7?",
+            "builtin__multiply",
+            json!({"a": 6, "b": 7}),
+        ),
+        (
+            "Multiply 12 by 3.",
+            "builtin__multiply",
+            json!({"a": 12, "b": 3}),
+        ),
+        (
+            "Divide 100 by 4.",
+            "builtin__divide",
+            json!({"a": 100, "b": 4}),
+        ),
+        ("What time is it now?", "builtin__current_time", json!({})),
+        ("What is today's date?", "builtin__current_time", json!({})),
+        (
+            "Read the file notes.txt.",
+            "builtin__read_file",
+            json!({"path": "notes.txt"}),
+        ),
+        (
+            "Show me what is in README.md.",
+            "builtin__read_file",
+            json!({"path": "README.md"}),
+        ),
+        (
+            "List the files in the current directory.",
+            "builtin__list_files",
+            json!({}),
+        ),
+        (
+            "Echo the message hello world.",
+            "everything__echo",
+            json!({"message": "hello world"}),
+        ),
+        (
+            "Please echo back: good morning",
+            "everything__echo",
+            json!({"message": "good morning"}),
+        ),
+        (
+            "Use get-sum to add 2 and 3.",
+            "everything__get-sum",
+            json!({"a": 2, "b": 3}),
+        ),
+        (
+            "Get the sum of 5 and 8 with get-sum.",
+            "everything__get-sum",
+            json!({"a": 5, "b": 8}),
+        ),
+        (
+            "Show me the tiny image.",
+            "everything__get-tiny-image",
+            json!({}),
+        ),
+        (
+            "Print the environment variables.",
+            "everything__get-env",
+            json!({}),
+        ),
+        (
+            "Start a long running operation.",
+            "everything__trigger-long-running-operation",
+            json!({}),
+        ),
+        (
+            "Give me some resource links.",
+            "everything__get-resource-links",
+            json!({}),
+        ),
+        (
+            "Get the structured content for Chicago.",
+            "everything__get-structured-content",
+            json!({"location": "Chicago"}),
+        ),
+    ]
+}
+
+fn arguments_match(expected: &Value, actual: &Value) -> bool {
+    expected
+        .as_object()
+        .unwrap()
+        .iter()
+        .all(|(key, want)| match (want, actual.get(key)) {
+            (Value::Number(w), Some(Value::Number(a))) => w.as_f64() == a.as_f64(),
+            (Value::String(w), Some(Value::String(a))) => w.trim().eq_ignore_ascii_case(a.trim()),
+            (w, Some(a)) => w == a,
+            (_, None) => false,
+        })
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let path = provision::ensure_default_model(&|_, _, _| {}).await.unwrap();
+        let servers = vec![
+            ServerConfig::stdio("builtin", env!("CARGO_BIN_EXE_tether"), vec!["builtin-server".into()]),
+            ServerConfig::stdio("everything", npm_bin("mcp-server-everything").display().to_string(), vec!["stdio".into()]),
+        ];
+        let registry = ServerRegistry::start(servers).await;
+        let (router, _) = registry.tool_router().await;
+        let tools = tether_agent::tool_definitions(&router);
+        println!("tool-call accuracy of SmolLM2-135M-Instruct Q4_1, {} prompts, {} tools offered", cases().len(), tools.len());
+        for grammar in [true, false] {
+            let provider = LocalProvider::load(&path, "local".into(), LocalOptions { grammar, ..LocalOptions::default() }).unwrap();
+            let (mut names, mut both) = (0, 0);
+            let started = Instant::now();
+            for (prompt, tool, arguments) in cases() {
+                let request = ChatRequest {
+                    messages: vec![Message::system("You are a helpful assistant with tools."), Message::user(prompt)],
+                    tools: tools.clone(),
+                    tool_choice: ToolChoice::Auto,
+                    max_tokens: None,
+                    temperature: None,
+                };
+                let response = complete(&provider, &request).await.unwrap();
+                let call = response.tool_calls.first();
+                let name_ok = call.is_some_and(|c| c.name == tool);
+                let args_ok = name_ok && call.is_some_and(|c| arguments_match(&arguments, &serde_json::from_str(&c.arguments).unwrap_or(Value::Null)));
+                names += usize::from(name_ok);
+                both += usize::from(args_ok);
+            }
+            let n = cases().len();
+            println!(
+                "  grammar {:3}: correct tool {names}/{n} ({:.0}%), correct tool and arguments {both}/{n} ({:.0}%), {:.1}s per prompt",
+                if grammar { "on" } else { "off" },
+                names as f64 * 100.0 / n as f64,
+                both as f64 * 100.0 / n as f64,
+                started.elapsed().as_secs_f64() / n as f64
+            );
+        }
+        registry.shutdown().await;
+    });
+}

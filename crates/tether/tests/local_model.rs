@@ -1,0 +1,91 @@
+//! End-to-end tests of the zero-config path: no model and no servers configured, so
+//! `tether run` uses the embedded SmolLM2-135M and the built-in tools over MCP. The model is
+//! provisioned by scripts/test.sh (`tether model pull`). Tests run one at a time because
+//! llama.cpp uses every core, and assert on structure, not wording.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn run_json(dir: &std::path::Path, question: &str, extra: &[&str]) -> (i32, Vec<Value>, String) {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut args = vec!["run", "--json"];
+    args.extend_from_slice(extra);
+    args.push(question);
+    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(&args)
+        .current_dir(dir)
+        .env_remove("TETHER_MODEL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let events = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (
+        output.status.code().unwrap_or(-1),
+        events,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn empty_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tether-local-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn embedded_model_adds_with_the_builtin_tool() {
+    let dir = empty_dir("add");
+    let (code, events, stderr) = run_json(&dir, "What is 10 + 20? Use the add tool.", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_call_started")
+        .collect();
+    assert_eq!(started.len(), 1, "{events:#?}");
+    assert_eq!(started[0]["name"], "builtin__add");
+    assert_eq!(started[0]["arguments"], json!({"a": 10, "b": 20}));
+    let finished = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished")
+        .unwrap();
+    assert_eq!(finished["result"], "30");
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "final");
+    assert!(
+        last["text"].as_str().unwrap().contains("30"),
+        "answer: {}",
+        last["text"]
+    );
+}
+
+#[test]
+fn embedded_model_reads_a_file_under_the_working_directory() {
+    let dir = empty_dir("read");
+    std::fs::write(dir.join("notes.txt"), "The meeting is on Tuesday.").unwrap();
+    let (code, events, stderr) = run_json(
+        &dir,
+        "Read the file notes.txt and tell me what it says.",
+        &[],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_started")
+        .expect("a tool was called");
+    assert_eq!(started["name"], "builtin__read_file", "{events:#?}");
+    assert_eq!(started["arguments"]["path"], "notes.txt");
+    let finished = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished")
+        .unwrap();
+    assert_eq!(finished["result"], "The meeting is on Tuesday.");
+}
