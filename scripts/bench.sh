@@ -1,7 +1,30 @@
 #!/usr/bin/env bash
-# Benchmarks Tether against peer clients in one run and prints the ratios (see README).
+# Benchmarks Tether against peers in one run and prints the ratios (see README):
+#   mcp   — tools/call round trips vs the TypeScript and Python SDK clients; parallel start-up
+#   local — embedded-model tool-call accuracy with and without grammar; tokens/s vs llama-bench
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+bash scripts/install-system.sh
 bash scripts/install-peers.sh
-cargo bench --locked -p tether --bench mcp "$@"
+# llama.cpp's own llama-bench, built once (cached in target/llama-bench) with the same CPU flags
+# as llama-cpp-sys-2 (GGML_NATIVE off). The llama.cpp sources in the llama-cpp-sys-2 crate omit
+# the tools, so they come from the llama-cpp-python 0.3.36 sdist on PyPI, verified by SHA-256.
+bench_dir="$root/target/llama-bench"
+if [ ! -x "$bench_dir/build/bin/llama-bench" ]; then
+  sdist_sha=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+  sdist="$root/target/llama_cpp_python-0.3.36.tar.gz"
+  if ! echo "$sdist_sha  $sdist" | sha256sum -c --status 2>/dev/null; then
+    url="$(curl -fsS -H 'Accept: application/vnd.pypi.simple.v1+json' https://pypi.org/simple/llama-cpp-python/ \
+      | python3 -c 'import json,sys; print(next(f["url"] for f in json.load(sys.stdin)["files"] if f["filename"]=="llama_cpp_python-0.3.36.tar.gz"))')"
+    curl -fsS -o "$sdist" "$url"
+    echo "$sdist_sha  $sdist" | sha256sum -c --status
+  fi
+  rm -rf "$bench_dir" && mkdir -p "$bench_dir"
+  tar xzf "$sdist" -C "$bench_dir" --strip-components=3 llama_cpp_python-0.3.36/vendor/llama.cpp
+  cmake -S "$bench_dir" -B "$bench_dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON >/dev/null
+  cmake --build "$bench_dir/build" --target llama-bench -j "$(nproc)" >/dev/null
+fi
+export LLAMA_BENCH="$bench_dir/build/bin/llama-bench"
+cargo bench --locked -p tether --bench mcp --bench local "$@"

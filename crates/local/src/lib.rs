@@ -4,9 +4,11 @@
 //! (the tool name first, then its typed arguments); the default model is fetched, verified and
 //! cached on first use.
 //!
-//! Tool policy: when the last message is the user's and tools are offered, a call is required
-//! and the strict grammar applies (a 135M model cannot be trusted to decide by itself); after
-//! tool results the model answers in free text. With `tool_choice: none` no grammar is used.
+//! Tool policy: with `tool_choice: required` the strict grammar applies. In auto mode a model
+//! of a billion parameters or more decides by itself, under a lazy grammar that takes over once
+//! it writes the call opener `{"tool": `; a smaller model cannot be trusted to decide, so when
+//! the last message is the user's a call is required, and after tool results it answers in
+//! free text. With `tool_choice: none` no grammar is used.
 
 pub mod grammar;
 pub mod provision;
@@ -159,6 +161,8 @@ enum CallMode {
     Answer,
     /// Exactly one tool call, grammar-constrained.
     RequiredCall,
+    /// Text or a call; the grammar applies from the call opener on.
+    LazyCall,
     /// No grammar, but the text is checked for a call (grammar switched off).
     UnconstrainedCall,
 }
@@ -187,13 +191,22 @@ impl Provider for LocalProvider {
     ) -> BoxFuture<'a, Result<EventStream, LlmError>> {
         Box::pin(async move {
             let last_is_user = matches!(request.messages.last(), Some(Message::User { .. }));
-            let wants_call = !request.tools.is_empty()
-                && request.tool_choice != ToolChoice::None
-                && (last_is_user || request.tool_choice == ToolChoice::Required);
-            let mode = match (wants_call, self.options.grammar) {
-                (false, _) => CallMode::Answer,
-                (true, true) => CallMode::RequiredCall,
-                (true, false) => CallMode::UnconstrainedCall,
+            let small = self.engine.model.n_params() < 1_000_000_000;
+            let has_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
+            let mode = if !has_tools {
+                CallMode::Answer
+            } else if request.tool_choice == ToolChoice::Required || (small && last_is_user) {
+                if self.options.grammar {
+                    CallMode::RequiredCall
+                } else {
+                    CallMode::UnconstrainedCall
+                }
+            } else if small {
+                CallMode::Answer
+            } else if self.options.grammar {
+                CallMode::LazyCall
+            } else {
+                CallMode::UnconstrainedCall
             };
             let tools = if mode == CallMode::Answer {
                 &[][..]
@@ -209,10 +222,13 @@ impl Provider for LocalProvider {
                     provider: self.name.clone(),
                     message: e,
                 })?;
-            let grammar = (mode == CallMode::RequiredCall).then(|| tool_call_grammar(tools));
+            let grammar = matches!(mode, CallMode::RequiredCall | CallMode::LazyCall)
+                .then(|| tool_call_grammar(tools));
             let max_tokens = match mode {
-                CallMode::Answer => request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-                _ => MAX_CALL_TOKENS,
+                CallMode::Answer | CallMode::LazyCall => {
+                    request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
+                }
+                CallMode::RequiredCall | CallMode::UnconstrainedCall => MAX_CALL_TOKENS,
             };
             let (tx, rx) = futures::channel::mpsc::unbounded();
             let engine = self.engine.clone();
@@ -292,10 +308,18 @@ fn generate(
 
     let mut samplers = Vec::new();
     if let Some(grammar) = grammar {
-        samplers.push(
+        let sampler = if mode == CallMode::LazyCall {
+            LlamaSampler::grammar_lazy(
+                model,
+                grammar,
+                "root",
+                [grammar::CALL_OPENER.as_bytes()],
+                &[],
+            )
+        } else {
             LlamaSampler::grammar(model, grammar, "root")
-                .map_err(|e| fail(format!("the tool grammar is invalid: {e}")))?,
-        );
+        };
+        samplers.push(sampler.map_err(|e| fail(format!("the tool grammar is invalid: {e}")))?);
     } else {
         samplers.push(LlamaSampler::penalties(model.n_vocab(), 64, 1.1, 0.0, 0.0));
     }
@@ -336,7 +360,12 @@ fn generate(
         if tx.is_closed() {
             return Ok(());
         }
-        if mode == CallMode::RequiredCall && serde_json::from_str::<Value>(&text).is_ok() {
+        let call_text = match mode {
+            CallMode::RequiredCall => Some(text.as_str()),
+            CallMode::LazyCall => text.find(grammar::CALL_OPENER).map(|at| &text[at..]),
+            _ => None,
+        };
+        if call_text.is_some_and(|t| serde_json::from_str::<Value>(t).is_ok()) {
             stop = StopReason::ToolCalls;
             break;
         }

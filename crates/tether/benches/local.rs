@@ -178,5 +178,98 @@ fn main() {
             );
         }
         registry.shutdown().await;
+        speed(&path).await;
     });
+}
+
+/// Prompt and generation tokens/s of the embedded provider, next to llama.cpp's own
+/// `llama-bench` on the same file and threads when `LLAMA_BENCH` points at it.
+async fn speed(path: &std::path::Path) {
+    let options = LocalOptions::default();
+    let threads = options.threads;
+    let provider = LocalProvider::load(path, "local".into(), options).unwrap();
+    let prompt = "The quick brown fox jumps over the lazy dog near the river bank. ".repeat(38);
+    let request = |max_tokens: u32| ChatRequest {
+        messages: vec![Message::user(format!(
+            "{prompt}\nWrite a long story about the fox."
+        ))],
+        tools: Vec::new(),
+        tool_choice: ToolChoice::None,
+        max_tokens: Some(max_tokens),
+        temperature: None,
+    };
+    // Prompt speed: best of 3 runs that generate a single token.
+    let mut prompt_rate: f64 = 0.0;
+    let mut prompt_tokens = 0;
+    let mut prompt_seconds = f64::MAX;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let response = complete(&provider, &request(1)).await.unwrap();
+        let seconds = started.elapsed().as_secs_f64();
+        prompt_tokens = response.usage.input_tokens;
+        prompt_seconds = prompt_seconds.min(seconds);
+        prompt_rate = prompt_rate.max(prompt_tokens as f64 / seconds);
+    }
+    // Generation speed: the extra time of 128 more tokens over the prompt-only run.
+    let mut gen_rate: f64 = 0.0;
+    for _ in 0..3 {
+        let started = Instant::now();
+        let response = complete(&provider, &request(129)).await.unwrap();
+        let extra = started.elapsed().as_secs_f64() - prompt_seconds;
+        let generated = response.usage.output_tokens.saturating_sub(1);
+        gen_rate = gen_rate.max(generated as f64 / extra.max(1e-6));
+    }
+    println!("speed, {threads} threads:");
+    println!(
+        "  tether  prompt {prompt_rate:7.1} tok/s ({prompt_tokens} tokens), generation {gen_rate:7.1} tok/s"
+    );
+    let Some(bench) = std::env::var_os("LLAMA_BENCH") else {
+        println!(
+            "  (set LLAMA_BENCH to llama.cpp's llama-bench for the ratio; scripts/bench.sh builds it)"
+        );
+        return;
+    };
+    let output = std::process::Command::new(bench)
+        .args([
+            "-m",
+            &path.display().to_string(),
+            "-t",
+            &threads.to_string(),
+            "-p",
+            &prompt_tokens.to_string(),
+            "-n",
+            "128",
+            "-r",
+            "3",
+            "-o",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let results: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    let rate = |generation: bool| {
+        results
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| (r["n_gen"].as_u64().unwrap_or(0) > 0) == generation)
+            .and_then(|r| r["avg_ts"].as_f64())
+    };
+    match (rate(false), rate(true)) {
+        (Some(pp), Some(tg)) => {
+            println!("  llama-bench prompt {pp:7.1} tok/s, generation {tg:7.1} tok/s");
+            println!(
+                "  ratio tether/llama-bench: prompt {:.2}x, generation {:.2}x",
+                prompt_rate / pp,
+                gen_rate / tg
+            );
+        }
+        _ => println!(
+            "  llama-bench gave no result: {}",
+            String::from_utf8_lossy(&output.stderr)
+                .lines()
+                .last()
+                .unwrap_or_default()
+        ),
+    }
 }
