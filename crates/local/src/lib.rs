@@ -281,9 +281,13 @@ fn generate(
             ),
         });
     }
+    // Size the context to this request, not the model's maximum: allocating and clearing an
+    // 8k-token cache per request costs more than a short answer.
+    let needed = (tokens.len() + max_tokens as usize).div_ceil(256) * 256;
+    let needed_context = u32::try_from(needed.min(budget)).unwrap_or(engine.context_size);
     let batch_size = tokens.len().max(512);
     let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(engine.context_size))
+        .with_n_ctx(NonZeroU32::new(needed_context))
         .with_n_batch(u32::try_from(batch_size).unwrap_or(u32::MAX))
         .with_n_threads(engine.threads)
         .with_n_threads_batch(engine.threads);
