@@ -9,9 +9,6 @@ use tether_protocol::chat::ToolDefinition;
 /// The text a tool call starts with; also the trigger of the lazy grammar.
 pub const CALL_OPENER: &str = "{\"tool\": ";
 
-/// Longest string argument, to keep a rambling model from running on forever.
-const MAX_STRING_CHARS: usize = 200;
-
 fn literal(text: &str) -> String {
     let escaped: String = text
         .chars()
@@ -94,17 +91,19 @@ pub fn tool_call_grammar(tools: &[ToolDefinition]) -> String {
         grammar.push_str(&rule);
         grammar.push('\n');
     }
-    grammar.push_str(&format!(
-        r#"string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{{4}}) ){{0,{MAX_STRING_CHARS}}} "\""
-integer ::= "-"? [0-9]{{1,15}}
-number ::= "-"? [0-9]{{1,15}} ("." [0-9]{{1,10}})?
+    // Bounded repetitions ({0,200}) expand into hundreds of rules and slow sampling badly; the
+    // token limit of a call bounds a rambling string instead.
+    grammar.push_str(
+        r#"string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\""
+integer ::= "-"? [0-9]+
+number ::= "-"? [0-9]+ ("." [0-9]+)?
 boolean ::= "true" | "false"
 ws ::= [ ]?
 value ::= object | array | string | number | boolean | "null"
-object ::= "{{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}}"
+object ::= "{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}"
 array ::= "[" ws ( value ( "," ws value )* )? "]"
-"#
-    ));
+"#,
+    );
     grammar
 }
 

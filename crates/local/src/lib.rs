@@ -167,14 +167,39 @@ enum CallMode {
     UnconstrainedCall,
 }
 
+/// Tools described compactly (`name(a: number, b?: string): description`): small models
+/// read JSON schemas poorly, and every prompt token costs time on a CPU.
 fn tool_guide(tools: &[ToolDefinition]) -> String {
     let mut text = String::from(
         "You have tools. To use one, reply only with JSON: {\"tool\": \"<name>\", \"arguments\": {...}}\nTools:\n",
     );
     for tool in tools {
+        let required: Vec<&str> = tool.parameters["required"]
+            .as_array()
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let arguments: Vec<String> = tool.parameters["properties"]
+            .as_object()
+            .map(|properties| {
+                properties
+                    .iter()
+                    .map(|(name, schema)| {
+                        let optional = if required.contains(&name.as_str()) {
+                            ""
+                        } else {
+                            "?"
+                        };
+                        let kind = schema["type"].as_str().unwrap_or("value");
+                        format!("{name}{optional}: {kind}")
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let description = tool.description.lines().next().unwrap_or_default();
         text.push_str(&format!(
-            "- {}: {} Arguments: {}\n",
-            tool.name, tool.description, tool.parameters
+            "- {}({}): {description}\n",
+            tool.name,
+            arguments.join(", ")
         ));
     }
     text
@@ -310,9 +335,11 @@ fn generate(
         .decode(&mut batch)
         .map_err(|e| fail(format!("cannot evaluate the prompt: {e}")))?;
 
-    let mut samplers = Vec::new();
-    if let Some(grammar) = grammar {
-        let sampler = if mode == CallMode::LazyCall {
+    // Grammar-constrained decoding checks the greedy token first and only filters the whole
+    // vocabulary when that token breaks the grammar: filtering 49k candidates against a
+    // grammar with many tools on every step was measured ~30x slower.
+    let mut grammar_sampler = match grammar {
+        Some(grammar) if mode == CallMode::LazyCall => Some(
             LlamaSampler::grammar_lazy(
                 model,
                 grammar,
@@ -320,15 +347,18 @@ fn generate(
                 [grammar::CALL_OPENER.as_bytes()],
                 &[],
             )
-        } else {
+            .map_err(|e| fail(format!("the tool grammar is invalid: {e}")))?,
+        ),
+        Some(grammar) => Some(
             LlamaSampler::grammar(model, grammar, "root")
-        };
-        samplers.push(sampler.map_err(|e| fail(format!("the tool grammar is invalid: {e}")))?);
-    } else {
-        samplers.push(LlamaSampler::penalties(model.n_vocab(), 64, 1.1, 0.0, 0.0));
-    }
-    samplers.push(LlamaSampler::greedy());
-    let mut sampler = LlamaSampler::chain_simple(samplers);
+                .map_err(|e| fail(format!("the tool grammar is invalid: {e}")))?,
+        ),
+        None => None,
+    };
+    let mut sampler = LlamaSampler::chain_simple([
+        LlamaSampler::penalties(model.n_vocab(), 64, 1.1, 0.0, 0.0),
+        LlamaSampler::greedy(),
+    ]);
 
     let mut text = String::new();
     let mut pending_bytes: Vec<u8> = Vec::new();
@@ -336,7 +366,15 @@ fn generate(
     let mut generated = 0u64;
     let mut stop = StopReason::MaxTokens;
     for _ in 0..max_tokens {
-        let token = sampler.sample(&context, batch.n_tokens() - 1);
+        let index = batch.n_tokens() - 1;
+        let token = match grammar_sampler.as_mut() {
+            Some(grammar) => {
+                let chosen = grammar_token(&context, index, grammar);
+                grammar.accept(chosen);
+                chosen
+            }
+            None => sampler.sample(&context, index),
+        };
         if vocab.is_eog(token) {
             stop = StopReason::EndTurn;
             break;
@@ -406,6 +444,38 @@ fn generate(
     }
     let _ = tx.unbounded_send(Ok(StreamEvent::Stop(stop)));
     Ok(())
+}
+
+/// The most likely token the grammar allows at output `index`.
+fn grammar_token(
+    context: &llama_cpp_2::context::LlamaContext<'_>,
+    index: i32,
+    grammar: &mut LlamaSampler,
+) -> llama_cpp_2::token::LlamaToken {
+    use llama_cpp_2::token::data::LlamaTokenData;
+    use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+    let logits = context.get_logits_ith(index);
+    let best = logits
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, logit)| (i32::try_from(i).unwrap_or(0), *logit))
+        .unwrap_or((0, 0.0));
+    let best_token = llama_cpp_2::token::LlamaToken(best.0);
+    let mut single =
+        LlamaTokenDataArray::new(vec![LlamaTokenData::new(best_token, best.1, 0.0)], false);
+    single.apply_sampler(grammar);
+    if single.data.first().is_some_and(|d| d.logit().is_finite()) {
+        return best_token;
+    }
+    let mut all = context.token_data_array_ith(index);
+    all.apply_sampler(grammar);
+    all.data
+        .iter()
+        .filter(|d| d.logit().is_finite())
+        .max_by(|a, b| a.logit().total_cmp(&b.logit()))
+        .map(|d| d.id())
+        .unwrap_or(best_token)
 }
 
 /// The first `{"tool": …, "arguments": …}` object in `text`.
