@@ -206,13 +206,11 @@ async fn speed(path: &std::path::Path) {
     // Prompt speed: best of 3 runs that generate a single token.
     let mut prompt_rate: f64 = 0.0;
     let mut prompt_tokens = 0;
-    let mut prompt_seconds = f64::MAX;
     for _ in 0..3 {
         let started = Instant::now();
         let response = complete(&provider, &request(1)).await.unwrap();
         let seconds = started.elapsed().as_secs_f64();
         prompt_tokens = response.usage.input_tokens;
-        prompt_seconds = prompt_seconds.min(seconds);
         prompt_rate = prompt_rate.max(prompt_tokens as f64 / seconds);
     }
     // Generation speed from a short prompt, as llama-bench's tg128 starts from an empty
@@ -230,7 +228,6 @@ async fn speed(path: &std::path::Path) {
         complete(&provider, &short(1)).await.unwrap();
         base = base.min(started.elapsed().as_secs_f64());
     }
-    let _ = prompt_seconds;
     let mut gen_rate: f64 = 0.0;
     for _ in 0..3 {
         let started = Instant::now();
