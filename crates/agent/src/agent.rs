@@ -106,6 +106,21 @@ pub enum AgentEvent {
         /// Wall time of the call.
         duration_ms: u64,
     },
+    /// A server reported progress on a running call.
+    ToolProgress {
+        /// Call id.
+        id: String,
+        /// Qualified tool name.
+        name: String,
+        /// Progress so far.
+        progress: f64,
+        /// The total, when known.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        total: Option<f64>,
+        /// What the server is doing.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// The user is being asked to approve a call.
     ApprovalRequested {
         /// Call id.
@@ -231,6 +246,21 @@ impl<'a> Agent<'a> {
         self.prompt_mode
     }
 
+    /// Re-lists every server's tools after one announced a change, so the next model request
+    /// sees the current catalogue.
+    async fn refresh_tools(&mut self, events: &UnboundedSender<AgentEvent>) {
+        let (router, errors) = self.registry.tool_router().await;
+        for error in errors {
+            let _ = events.send(AgentEvent::Notice {
+                message: format!("could not refresh tools: {error}"),
+            });
+        }
+        let _ = events.send(AgentEvent::Notice {
+            message: format!("tools changed; {} now offered", router.tools().len()),
+        });
+        self.router = router;
+    }
+
     fn tool_definitions(&self) -> Vec<ToolDefinition> {
         tool_definitions(&self.router)
     }
@@ -302,6 +332,9 @@ impl<'a> Agent<'a> {
         let mut failures: HashMap<(String, String), usize> = HashMap::new();
         let mut step = 0;
         while step < self.options.max_steps {
+            if self.registry.tools_changed() {
+                self.refresh_tools(events).await;
+            }
             let request = self.request(conversation);
             let response = match self.call_model(&request, events, cancel).await {
                 Ok(response) => response,
@@ -585,14 +618,36 @@ impl<'a> Agent<'a> {
                     name: call.name.clone(),
                     arguments: arguments.clone(),
                 });
-                let outcome = match self.registry.connection(&tool.server) {
-                    Ok(connection) => {
-                        connection
-                            .call_tool(&tool.tool.name, arguments.as_object().cloned())
-                            .await
+                let (progress_tx, mut progress_rx) =
+                    tokio::sync::mpsc::unbounded_channel::<tether_mcp::Progress>();
+                let forward = async {
+                    while let Some(progress) = progress_rx.recv().await {
+                        let _ = events.send(AgentEvent::ToolProgress {
+                            id: call.id.clone(),
+                            name: call.name.clone(),
+                            progress: progress.progress,
+                            total: progress.total,
+                            message: progress.message,
+                        });
                     }
-                    Err(error) => Err(error),
                 };
+                let run = async {
+                    match self.registry.connection(&tool.server) {
+                        Ok(connection) => {
+                            connection
+                                .call_tool(
+                                    &tool.tool.name,
+                                    arguments.as_object().cloned(),
+                                    Some(progress_tx),
+                                )
+                                .await
+                        }
+                        Err(error) => Err(error),
+                    }
+                };
+                // The forwarder ends when the call drops its sender, so every progress
+                // event is emitted before the call's `ToolCallFinished`.
+                let (outcome, ()) = tokio::join!(run, forward);
                 match outcome {
                     Ok(result) => {
                         let (text, images) = self.model_view(&result);

@@ -7,9 +7,11 @@ pub mod agent;
 pub mod approval;
 pub mod prompt_mode;
 pub mod results;
+pub mod sampling;
 
 pub use agent::{
     Agent, AgentError, AgentEvent, AgentOptions, ApprovalRequest, Approver, NonInteractive,
     ToolMode, TurnOutcome, tool_definitions,
 };
 pub use approval::{ApprovalMode, ApprovalRules, Decision, decide};
+pub use sampling::{answer_sampling, describe_sampling};

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::McpError;
@@ -85,6 +85,21 @@ pub struct ServerConfig {
     pub allowed_tools: Option<Vec<String>>,
     /// Tools never offered (exact names or `*` globs).
     pub disabled_tools: Vec<String>,
+    /// Whether this server may have the model answer its `sampling/createMessage` requests.
+    pub sampling: SamplingPolicy,
+}
+
+/// `"sampling"` of a server: may it use the user's model?
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SamplingPolicy {
+    /// Show the request and the draft answer and ask; refused when nobody can be asked.
+    #[default]
+    Ask,
+    /// Answer without asking (also in non-interactive runs).
+    Allow,
+    /// Always refuse.
+    Deny,
 }
 
 impl ServerConfig {
@@ -121,6 +136,7 @@ impl ServerConfig {
             disabled: false,
             allowed_tools: None,
             disabled_tools: Vec::new(),
+            sampling: SamplingPolicy::Ask,
         }
     }
 
@@ -199,6 +215,7 @@ struct RawServer {
     allowed_tools: Option<Vec<String>>,
     #[serde(default)]
     disabled_tools: Vec<String>,
+    sampling: Option<Value>,
     #[serde(flatten)]
     other: serde_json::Map<String, Value>,
 }
@@ -216,6 +233,7 @@ const KNOWN_SERVER_KEYS: &[&str] = &[
     "disabled",
     "allowedTools",
     "disabledTools",
+    "sampling",
 ];
 
 /// A duration written as seconds (`30`, `2.5`) or with a unit (`"500ms"`, `"30s"`, `"2m"`).
@@ -481,6 +499,12 @@ fn build_server(
         disabled: raw.disabled,
         allowed_tools: raw.allowed_tools,
         disabled_tools: raw.disabled_tools,
+        sampling: match raw.sampling {
+            None => SamplingPolicy::Ask,
+            Some(value) => serde_json::from_value(value.clone()).map_err(|_| {
+                format!("sampling: is {value}; expected \"ask\", \"allow\" or \"deny\"")
+            })?,
+        },
     })
 }
 

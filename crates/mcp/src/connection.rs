@@ -8,12 +8,18 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+
+use futures::future::join_all;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
+    ClientNotification, ClientRequest, ProtocolVersion, RequestId, ServerResult,
 };
-use rmcp::service::{RunningService, ServiceError};
+use rmcp::service::{Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
@@ -25,6 +31,11 @@ use tether_protocol::{
     Tool, ToolResult,
 };
 
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::client::{
+    ClientSession, HostHandler, Progress, ProgressRoute, ProgressRoutes, StaleLists, token_key,
+};
 use crate::config::{ServerConfig, Transport};
 use crate::error::{McpError, near_matches};
 use crate::stdio::StdioProcess;
@@ -35,8 +46,11 @@ const FIRST_MODERN_VERSION: &str = "2026-07-28";
 /// A connected server.
 pub struct ServerConnection {
     config: ServerConfig,
-    client: RunningService<RoleClient, ClientConfig>,
+    client: RunningService<RoleClient, ClientSession>,
     summary: ServerSummary,
+    progress: ProgressRoutes,
+    stale: Arc<StaleLists>,
+    cancellations: Cancellations,
     startup: Duration,
     process: Option<StdioProcess>,
 }
@@ -50,14 +64,6 @@ impl std::fmt::Debug for ServerConnection {
     }
 }
 
-fn client_config() -> ClientConfig {
-    ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("tether", env!("CARGO_PKG_VERSION")),
-    )
-    .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
-}
-
 fn lifecycle() -> ClientLifecycleMode {
     ClientLifecycleMode::Auto {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -67,10 +73,21 @@ fn lifecycle() -> ClientLifecycleMode {
 
 impl ServerConnection {
     /// Starts (stdio) or reaches (HTTP) the server and completes the handshake within its
-    /// startup timeout.
-    pub async fn connect(config: &ServerConfig) -> Result<ServerConnection, McpError> {
+    /// startup timeout. Requests and notifications from the server go to `host`.
+    pub async fn connect(
+        config: &ServerConfig,
+        host: Arc<dyn HostHandler>,
+    ) -> Result<ServerConnection, McpError> {
         let started = Instant::now();
         let name = config.name.as_str();
+        let progress = ProgressRoutes::default();
+        let stale = Arc::new(StaleLists::default());
+        let session = ClientSession {
+            server: name.to_string(),
+            host,
+            progress: progress.clone(),
+            stale: stale.clone(),
+        };
         let (client, process) = match &config.transport {
             Transport::Stdio {
                 command,
@@ -81,7 +98,7 @@ impl ServerConnection {
                 let (process, pipes) = StdioProcess::spawn(name, command, args, env, cwd.as_ref())?;
                 let outcome = tokio::time::timeout(
                     config.startup_timeout,
-                    client_config().serve_with_lifecycle(pipes, lifecycle()),
+                    session.serve_with_lifecycle(pipes, lifecycle()),
                 )
                 .await;
                 match outcome {
@@ -129,7 +146,7 @@ impl ServerConnection {
                 );
                 let outcome = tokio::time::timeout(
                     config.startup_timeout,
-                    client_config().serve_with_lifecycle(transport, lifecycle()),
+                    session.serve_with_lifecycle(transport, lifecycle()),
                 )
                 .await;
                 match outcome {
@@ -164,6 +181,9 @@ impl ServerConnection {
             config: config.clone(),
             client,
             summary,
+            progress,
+            stale,
+            cancellations: Cancellations::default(),
             startup: started.elapsed(),
             process,
         })
@@ -194,6 +214,8 @@ impl ServerConnection {
         if !self.summary.has_capability("tools") {
             return Ok(Vec::new());
         }
+        // Cleared before listing so a change announced during the listing is not lost.
+        self.stale.tools.store(false, Ordering::SeqCst);
         let tools = self
             .request("tools/list", self.client.list_all_tools())
             .await?;
@@ -219,11 +241,13 @@ impl ServerConnection {
     }
 
     /// Calls a tool. A tool that reports failure is `Ok` with `is_error` set; `Err` means the
-    /// call itself failed (timeout, protocol error, server gone).
+    /// call itself failed (timeout, protocol error, server gone). The server's progress
+    /// notifications for this call go to `progress`.
     pub async fn call_tool(
         &self,
         tool: &str,
         arguments: Option<Map<String, Value>>,
+        progress: Option<UnboundedSender<Progress>>,
     ) -> Result<ToolResult, McpError> {
         if !self.config.offers_tool(tool) {
             return Err(McpError::InvalidArguments(format!(
@@ -237,9 +261,54 @@ impl ServerConnection {
         }
         let operation = format!("tool \"{tool}\"");
         let result = self
-            .request(&operation, self.client.call_tool(params))
+            .request(&operation, self.call_with_progress(params, progress))
             .await?;
         self.convert(&operation, result)
+    }
+
+    /// Whether the server said its tools changed since they were last listed.
+    pub fn tools_changed(&self) -> bool {
+        self.stale.tools.load(Ordering::SeqCst)
+    }
+
+    /// Sends `tools/call` with a progress token we know, so the server's progress reaches
+    /// the caller. Dropping the future cancels the call on the server.
+    async fn call_with_progress(
+        &self,
+        params: CallToolRequestParams,
+        progress: Option<UnboundedSender<Progress>>,
+    ) -> Result<Value, ServiceError> {
+        let peer = self.client.peer();
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await?;
+        let mut guard = InFlight {
+            peer: peer.clone(),
+            id: Some(handle.id.clone()),
+            token: token_key(&handle.progress_token),
+            routes: self.progress.clone(),
+            cancellations: self.cancellations.clone(),
+        };
+        if let (Some(sender), Ok(mut routes)) = (progress, self.progress.lock()) {
+            routes.insert(guard.token.clone(), ProgressRoute { sender, last: None });
+        }
+        let result = handle.await_response().await;
+        guard.id = None;
+        // Serialising rmcp's own types cannot fail (string keys only); `Null` would then
+        // surface as a schema mismatch in `convert`.
+        fn to_value(value: &impl Serialize) -> Value {
+            serde_json::to_value(value).unwrap_or_default()
+        }
+        match result? {
+            ServerResult::CallToolResult(result) => Ok(to_value(&result)),
+            // A modern server needs input first: rmcp's helper runs the rounds through our
+            // handler and re-issues the call, which MRTR makes safe (the server is stateless).
+            ServerResult::InputRequiredResult(_) => {
+                Ok(to_value(&self.client.call_tool(params).await?))
+            }
+            other => Ok(to_value(&other)),
+        }
     }
 
     /// Its resources (all pages).
@@ -312,8 +381,18 @@ impl ServerConnection {
     /// Ends the session: closes the transport, then lets a child exit or kills it.
     pub async fn close(self) {
         let ServerConnection {
-            client, process, ..
+            client,
+            process,
+            cancellations,
+            ..
         } = self;
+        // Cancellations of abandoned calls are delivered before the connection goes, so the
+        // server stops their work.
+        let pending: Vec<_> = cancellations
+            .lock()
+            .map(|mut tasks| tasks.drain(..).collect())
+            .unwrap_or_default();
+        let _ = tokio::time::timeout(Duration::from_secs(2), join_all(pending)).await;
         let _ = tokio::time::timeout(Duration::from_secs(2), client.cancel()).await;
         if let Some(process) = process {
             process.stop().await;
@@ -375,6 +454,43 @@ impl ServerConnection {
     }
 }
 
+/// A call in flight: unregisters its progress route when done and, if abandoned before the
+/// answer came, tells the server with `notifications/cancelled`.
+struct InFlight {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+    token: String,
+    routes: ProgressRoutes,
+    cancellations: Cancellations,
+}
+
+/// `notifications/cancelled` still being sent; `close` waits for them.
+type Cancellations = Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>;
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut routes) = self.routes.lock() {
+            routes.remove(&self.token);
+        }
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        let notification = ClientNotification::CancelledNotification(CancelledNotification::new(
+            CancelledNotificationParam::new(Some(id), Some("cancelled by the user".into())),
+        ));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let task = runtime.spawn(async move {
+                let _ = peer.send_notification(notification).await;
+            });
+            if let Ok(mut tasks) = self.cancellations.lock() {
+                tasks.retain(|t| !t.is_finished());
+                tasks.push(task);
+            }
+        }
+    }
+}
+
 /// rustls needs one process-wide crypto provider; the first HTTP connection installs ring.
 fn install_tls_provider() {
     // Fails only when a provider is already installed, which is what we want anyway.
@@ -396,7 +512,7 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-fn summarize(client: &RunningService<RoleClient, ClientConfig>) -> ServerSummary {
+fn summarize(client: &RunningService<RoleClient, ClientSession>) -> ServerSummary {
     let info = client.peer_info();
     let protocol_version = info
         .as_ref()

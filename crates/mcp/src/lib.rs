@@ -3,6 +3,7 @@
 //! `tether-protocol` types. This is the only crate that knows rmcp.
 
 pub mod builtin;
+pub mod client;
 pub mod config;
 pub mod connection;
 pub mod error;
@@ -10,7 +11,10 @@ pub mod registry;
 pub mod router;
 mod stdio;
 
-pub use config::{Config, ServerConfig, Transport};
+pub use client::{
+    ElicitationAnswer, ElicitationRequest, HeadlessHost, HostHandler, Progress, Root, ServerNotice,
+};
+pub use config::{Config, SamplingPolicy, ServerConfig, Transport};
 pub use connection::ServerConnection;
 pub use error::{ErrorClass, McpError};
 pub use registry::{ServerEntry, ServerRegistry, ServerState};

@@ -1,10 +1,12 @@
 //! The set of servers a run uses: started in parallel, each either connected or failed with
 //! its reason, so one broken server never takes the others down.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 
+use crate::client::HostHandler;
 use crate::config::ServerConfig;
 use crate::connection::ServerConnection;
 use crate::error::{McpError, near_matches};
@@ -46,25 +48,32 @@ pub struct ServerRegistry {
 }
 
 impl ServerRegistry {
-    /// Starts every enabled server concurrently; each has its own startup timeout.
-    pub async fn start(servers: impl IntoIterator<Item = ServerConfig>) -> ServerRegistry {
-        let starts = servers.into_iter().map(|config| async move {
-            if config.disabled {
-                return ServerEntry {
-                    config,
-                    state: ServerState::Disabled,
-                    elapsed: Duration::ZERO,
+    /// Starts every enabled server concurrently; each has its own startup timeout. What the
+    /// servers ask of the host goes to `host`.
+    pub async fn start(
+        servers: impl IntoIterator<Item = ServerConfig>,
+        host: Arc<dyn HostHandler>,
+    ) -> ServerRegistry {
+        let starts = servers.into_iter().map(|config| {
+            let host = host.clone();
+            async move {
+                if config.disabled {
+                    return ServerEntry {
+                        config,
+                        state: ServerState::Disabled,
+                        elapsed: Duration::ZERO,
+                    };
+                }
+                let started = Instant::now();
+                let state = match ServerConnection::connect(&config, host).await {
+                    Ok(connection) => ServerState::Connected(Box::new(connection)),
+                    Err(error) => ServerState::Failed(error),
                 };
-            }
-            let started = Instant::now();
-            let state = match ServerConnection::connect(&config).await {
-                Ok(connection) => ServerState::Connected(Box::new(connection)),
-                Err(error) => ServerState::Failed(error),
-            };
-            ServerEntry {
-                config,
-                state,
-                elapsed: started.elapsed(),
+                ServerEntry {
+                    config,
+                    state,
+                    elapsed: started.elapsed(),
+                }
             }
         });
         ServerRegistry {
@@ -76,12 +85,13 @@ impl ServerRegistry {
     pub async fn start_one(
         servers: &[ServerConfig],
         name: &str,
+        host: Arc<dyn HostHandler>,
     ) -> Result<ServerRegistry, McpError> {
         let config = servers
             .iter()
             .find(|s| s.name == name)
             .ok_or_else(|| unknown_server(servers, name))?;
-        Ok(ServerRegistry::start([config.clone()]).await)
+        Ok(ServerRegistry::start([config.clone()], host).await)
     }
 
     /// Every entry, in config order.
@@ -140,6 +150,11 @@ impl ServerRegistry {
             }
         }
         (ToolRouter::new(catalog), errors)
+    }
+
+    /// Whether any server said its tools changed since they were last listed.
+    pub fn tools_changed(&self) -> bool {
+        self.connections().any(ServerConnection::tools_changed)
     }
 
     /// Closes every connection concurrently.

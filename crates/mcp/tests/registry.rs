@@ -15,7 +15,8 @@ async fn registry_starts_all_servers_and_isolates_the_broken_one() {
         servers.push(adhoc_stdio(&line, &names).unwrap());
     }
     servers[0].disabled_tools = vec!["get-env".into()];
-    let registry = ServerRegistry::start(servers).await;
+    let registry =
+        ServerRegistry::start(servers, std::sync::Arc::new(tether_mcp::HeadlessHost)).await;
 
     let states: Vec<&str> = registry
         .entries()
@@ -48,10 +49,11 @@ async fn registry_starts_all_servers_and_isolates_the_broken_one() {
     let time_server = registry.connection(&time.server).unwrap();
     let args = |v: serde_json::Value| v.as_object().cloned();
     let (a, b) = tokio::join!(
-        everything.call_tool("get-sum", args(serde_json::json!({"a": 1, "b": 2}))),
+        everything.call_tool("get-sum", args(serde_json::json!({"a": 1, "b": 2})), None),
         time_server.call_tool(
             "get_current_time",
-            args(serde_json::json!({"timezone": "UTC"}))
+            args(serde_json::json!({"timezone": "UTC"})),
+            None
         ),
     );
     let a = a.unwrap();
@@ -70,9 +72,10 @@ async fn registry_starts_all_servers_and_isolates_the_broken_one() {
 #[tokio::test]
 async fn tool_error_is_a_result_not_an_error() {
     let server = adhoc_stdio(&misbehaving_stdio("tool-error"), &[]).unwrap();
-    let registry = ServerRegistry::start([server]).await;
+    let registry =
+        ServerRegistry::start([server], std::sync::Arc::new(tether_mcp::HeadlessHost)).await;
     let connection = registry.connection("misbehaving_server").unwrap();
-    let result = connection.call_tool("boom", None).await.unwrap();
+    let result = connection.call_tool("boom", None, None).await.unwrap();
     assert!(result.is_error);
     registry.shutdown().await;
 }

@@ -145,7 +145,7 @@ fn main() {
             ServerConfig::stdio("builtin", env!("CARGO_BIN_EXE_tether"), vec!["builtin-server".into()]),
             ServerConfig::stdio("everything", npm_bin("mcp-server-everything").display().to_string(), vec!["stdio".into()]),
         ];
-        let registry = ServerRegistry::start(servers).await;
+        let registry = ServerRegistry::start(servers, std::sync::Arc::new(tether_mcp::HeadlessHost)).await;
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("speed") {
             registry.shutdown().await;
             speed(&path).await;

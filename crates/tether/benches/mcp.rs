@@ -26,16 +26,23 @@ fn tether_calls_per_second(runtime: &tokio::runtime::Runtime) -> f64 {
             npm_bin("mcp-server-everything").display().to_string(),
             vec!["stdio".into()],
         );
-        let connection = ServerConnection::connect(&server)
-            .await
-            .expect("server starts");
+        let connection =
+            ServerConnection::connect(&server, std::sync::Arc::new(tether_mcp::HeadlessHost))
+                .await
+                .expect("server starts");
         let args = |i: usize| json!({"a": i, "b": 1}).as_object().cloned();
         for i in 0..50 {
-            connection.call_tool("get-sum", args(i)).await.unwrap();
+            connection
+                .call_tool("get-sum", args(i), None)
+                .await
+                .unwrap();
         }
         let started = Instant::now();
         for i in 0..CALLS {
-            let result = connection.call_tool("get-sum", args(i)).await.unwrap();
+            let result = connection
+                .call_tool("get-sum", args(i), None)
+                .await
+                .unwrap();
             assert!(!result.is_error);
         }
         let rate = CALLS as f64 / started.elapsed().as_secs_f64();

@@ -1,10 +1,14 @@
 //! The tester commands: each starts only the servers it needs, asks them, prints through
 //! `render`, and shuts the servers down before returning.
 
+use std::sync::Arc;
+
 use futures::future::join_all;
 use serde_json::{Value, json};
 use tether_mcp::config::{adhoc_stdio, adhoc_url};
-use tether_mcp::{Config, McpError, ServerConfig, ServerRegistry, ServerState};
+use tether_mcp::{Config, HostHandler, McpError, Root, ServerConfig, ServerRegistry, ServerState};
+
+use crate::host::{LOG_LEVELS, TerminalHost};
 
 use crate::render;
 use crate::{Command, Failure, GlobalArgs};
@@ -13,11 +17,32 @@ use crate::{Command, Failure, GlobalArgs};
 pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
     let (servers, settings) = server_configs(&global)?;
     let json = global.json;
+    let roots = global
+        .roots
+        .iter()
+        .map(|dir| {
+            std::path::absolute(dir)
+                .map(|dir| Root::directory(&dir))
+                .map_err(|e| Failure::usage(format!("--root {}: {e}", dir.display())))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let log_level = LOG_LEVELS
+        .iter()
+        .position(|l| *l == global.log_level)
+        .unwrap_or(1);
+    let host = |servers: &[ServerConfig]| TerminalHost::new(servers, roots.clone(), log_level);
+    let shared: Arc<dyn HostHandler> = Arc::new(host(&servers));
     match command {
         Command::Run { question, model } => {
-            crate::run::run(with_builtin(servers)?, settings, model, question, json).await
+            let servers = with_builtin(servers)?;
+            let host = host(&servers);
+            crate::run::run(servers, settings, model, question, json, host).await
         }
-        Command::Chat { model } => crate::run::chat(with_builtin(servers)?, settings, model).await,
+        Command::Chat { model } => {
+            let servers = with_builtin(servers)?;
+            let host = host(&servers);
+            crate::run::chat(servers, settings, model, host).await
+        }
         Command::Model { action } => crate::run::model_command(&action).await,
         Command::BuiltinServer => {
             let root = std::env::current_dir()
@@ -27,39 +52,39 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
                 .await
                 .map_err(Failure::partial)
         }
-        Command::Servers => servers_command(&servers, json).await,
+        Command::Servers => servers_command(&servers, json, shared).await,
         Command::Tools { server, schema } => {
-            let registry = start(&servers, server.as_deref()).await?;
+            let registry = start(&servers, server.as_deref(), &shared).await?;
             let outcome = tools_command(&registry, json, schema).await;
             registry.shutdown().await;
             outcome
         }
         Command::Call { server, tool, args } => {
-            let registry = start(&servers, Some(&server)).await?;
+            let registry = start(&servers, Some(&server), &shared).await?;
             let outcome = call_command(&registry, &server, &tool, &args, json).await;
             registry.shutdown().await;
             outcome
         }
         Command::Resources { server } => {
-            let registry = start(&servers, server.as_deref()).await?;
+            let registry = start(&servers, server.as_deref(), &shared).await?;
             let outcome = resources_command(&registry, json).await;
             registry.shutdown().await;
             outcome
         }
         Command::Read { server, uri } => {
-            let registry = start(&servers, Some(&server)).await?;
+            let registry = start(&servers, Some(&server), &shared).await?;
             let outcome = read_command(&registry, &server, &uri, json).await;
             registry.shutdown().await;
             outcome
         }
         Command::Prompts { server } => {
-            let registry = start(&servers, server.as_deref()).await?;
+            let registry = start(&servers, server.as_deref(), &shared).await?;
             let outcome = prompts_command(&registry, json).await;
             registry.shutdown().await;
             outcome
         }
         Command::Prompt { server, name, args } => {
-            let registry = start(&servers, Some(&server)).await?;
+            let registry = start(&servers, Some(&server), &shared).await?;
             let outcome = prompt_command(&registry, &server, &name, &args, json).await;
             registry.shutdown().await;
             outcome
@@ -131,13 +156,17 @@ fn with_builtin(mut servers: Vec<ServerConfig>) -> Result<Vec<ServerConfig>, Fai
 }
 
 /// Starts one named server, or all of them.
-async fn start(servers: &[ServerConfig], only: Option<&str>) -> Result<ServerRegistry, Failure> {
+async fn start(
+    servers: &[ServerConfig],
+    only: Option<&str>,
+    host: &Arc<dyn HostHandler>,
+) -> Result<ServerRegistry, Failure> {
     match only {
-        Some(name) => Ok(ServerRegistry::start_one(servers, name).await?),
+        Some(name) => Ok(ServerRegistry::start_one(servers, name, host.clone()).await?),
         None if servers.is_empty() => Err(Failure::usage(
             "no MCP servers configured; pass --stdio \"COMMAND ARGS\" or --url URL, or write .tether.json (see README)",
         )),
-        None => Ok(ServerRegistry::start(servers.to_vec()).await),
+        None => Ok(ServerRegistry::start(servers.to_vec(), host.clone()).await),
     }
 }
 
@@ -161,13 +190,17 @@ fn single_failure(registry: &ServerRegistry, server: &str) -> Result<(), Failure
         .map_err(Failure::from)
 }
 
-async fn servers_command(servers: &[ServerConfig], json: bool) -> Result<(), Failure> {
+async fn servers_command(
+    servers: &[ServerConfig],
+    json: bool,
+    host: Arc<dyn HostHandler>,
+) -> Result<(), Failure> {
     if servers.is_empty() {
         return Err(Failure::usage(
             "no MCP servers configured; pass --stdio \"COMMAND ARGS\" or --url URL, or write .tether.json (see README)",
         ));
     }
-    let registry = ServerRegistry::start(servers.to_vec()).await;
+    let registry = ServerRegistry::start(servers.to_vec(), host).await;
     let rows = join_all(registry.entries().iter().map(|entry| async move {
         let mut row = json!({
             "name": entry.name(),
@@ -259,7 +292,19 @@ async fn call_command(
     let spec = connection.find_tool(tool).await?;
     let arguments = crate::arguments::tool_arguments(words, &spec.input_schema)
         .map_err(|e| Failure::usage(format!("server \"{server}\": tool \"{tool}\": {e}")))?;
-    let result = connection.call_tool(tool, Some(arguments)).await?;
+    let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
+    let show_progress = async {
+        let mut bar = render::ProgressBar::new(tool);
+        while let Some(progress) = progress_rx.recv().await {
+            bar.update(&progress);
+        }
+        bar.finish();
+    };
+    let (result, ()) = tokio::join!(
+        connection.call_tool(tool, Some(arguments), Some(progress_tx)),
+        show_progress
+    );
+    let result = result?;
     if json {
         render::print_json(&json!(result));
     } else {

@@ -4,6 +4,7 @@
 
 mod arguments;
 mod commands;
+mod host;
 mod render;
 mod run;
 
@@ -51,6 +52,13 @@ struct GlobalArgs {
     /// Seconds each server start and each request may take (overrides the config).
     #[arg(long, global = true, value_name = "SECS")]
     timeout: Option<f64>,
+    /// Least severe server log message (notifications/message) to show.
+    #[arg(long, global = true, value_name = "LEVEL", default_value = "info",
+          value_parser = clap::builder::PossibleValuesParser::new(host::LOG_LEVELS))]
+    log_level: String,
+    /// A directory offered to servers as a root (repeatable) [default: the working directory].
+    #[arg(long = "root", global = true, value_name = "DIR")]
+    roots: Vec<PathBuf>,
     /// More logging on stderr (-v: info, -vv: debug incl. server stderr).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -184,7 +192,8 @@ impl From<anyhow::Error> for Failure {
 
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        0 => "warn",
+        // rmcp warns about every error we answer a server with; we report those ourselves.
+        0 => "warn,rmcp=error",
         1 => "info,rmcp=warn",
         _ => "debug",
     };

@@ -337,3 +337,88 @@ pub fn prompt_result(server: &str, result: &PromptResult) {
         print_block(&format!("{server}-prompt-{}", index + 1), &message.content);
     }
 }
+
+/// A live progress line on stderr for one tool call: redrawn in place on a terminal, one
+/// line per update otherwise (so logs and pipes keep every step).
+pub struct ProgressBar {
+    label: String,
+    live: bool,
+    drawn: bool,
+}
+
+impl ProgressBar {
+    /// A bar for the call of `label`; nothing is drawn until the first update.
+    pub fn new(label: &str) -> ProgressBar {
+        ProgressBar {
+            label: label.to_string(),
+            live: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            drawn: false,
+        }
+    }
+
+    /// Draws the latest progress.
+    pub fn update(&mut self, progress: &tether_mcp::Progress) {
+        let line = progress_line(
+            &self.label,
+            progress.progress,
+            progress.total,
+            progress.message.as_deref(),
+        );
+        if self.live {
+            eprint!("\r\x1b[2K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+        self.drawn = true;
+    }
+
+    /// Clears the live line, if one was drawn.
+    pub fn finish(&mut self) {
+        if self.live && self.drawn {
+            eprint!("\r\x1b[2K");
+        }
+        self.drawn = false;
+    }
+}
+
+/// `label [#####.....] 50% (5/10) message`, or `label 5 message` without a total.
+pub fn progress_line(
+    label: &str,
+    progress: f64,
+    total: Option<f64>,
+    message: Option<&str>,
+) -> String {
+    const WIDTH: usize = 20;
+    let message = message.map(|m| format!(" {m}")).unwrap_or_default();
+    match total {
+        Some(total) if total > 0.0 => {
+            let fraction = (progress / total).clamp(0.0, 1.0);
+            let filled = (fraction * WIDTH as f64).round() as usize;
+            format!(
+                "{label} [{}{}] {:>3.0}% ({progress}/{total}){message}",
+                "#".repeat(filled),
+                ".".repeat(WIDTH - filled),
+                fraction * 100.0
+            )
+        }
+        _ => format!("{label} {progress}{message}"),
+    }
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::progress_line;
+
+    #[test]
+    fn progress_lines_show_bar_percentage_and_message() {
+        assert_eq!(
+            progress_line("slow", 2.0, Some(4.0), Some("step 2")),
+            "slow [##########..........]  50% (2/4) step 2"
+        );
+        assert_eq!(progress_line("slow", 3.0, None, None), "slow 3");
+        assert_eq!(
+            progress_line("x", 9.0, Some(4.0), None),
+            "x [####################] 100% (9/4)"
+        );
+    }
+}

@@ -18,6 +18,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::Failure;
+use crate::host::{TerminalHost, ask};
+use crate::render::ProgressBar;
 
 /// Flags of `run` and `chat`.
 #[derive(Debug, Clone, clap::Args)]
@@ -264,19 +266,7 @@ impl Approver for TerminalApprover {
             let prompt = format!(
                 "\nallow {name}{warning} {arguments}? [y]es / [n]o / [a]lways for this tool: "
             );
-            let answer = tokio::task::spawn_blocking(move || {
-                let mut stderr = std::io::stderr();
-                let _ = write!(stderr, "{prompt}");
-                let _ = stderr.flush();
-                let mut line = String::new();
-                std::io::stdin()
-                    .lock()
-                    .read_line(&mut line)
-                    .map(|_| line.trim().to_lowercase())
-                    .unwrap_or_default()
-            })
-            .await
-            .unwrap_or_default();
+            let answer = ask(prompt).await.unwrap_or_default().to_lowercase();
             match answer.as_str() {
                 "y" | "yes" => true,
                 "a" | "always" => {
@@ -308,6 +298,7 @@ fn spawn_renderer(
     let (tx, mut rx) = mpsc::unbounded_channel::<AgentEvent>();
     let handle = tokio::spawn(async move {
         let mut stdout = std::io::stdout();
+        let mut bars: std::collections::HashMap<String, ProgressBar> = Default::default();
         while let Some(event) = rx.recv().await {
             if json {
                 let _ = writeln!(
@@ -327,13 +318,31 @@ fn spawn_renderer(
                 } => {
                     eprintln!("→ {name} {}", clip(&arguments.to_string(), 200));
                 }
+                AgentEvent::ToolProgress {
+                    id,
+                    name,
+                    progress,
+                    total,
+                    message,
+                } => {
+                    bars.entry(id)
+                        .or_insert_with(|| ProgressBar::new(&name))
+                        .update(&tether_mcp::Progress {
+                            progress,
+                            total,
+                            message,
+                        });
+                }
                 AgentEvent::ToolCallFinished {
+                    id,
                     name,
                     is_error,
                     result,
                     duration_ms,
-                    ..
                 } => {
+                    if let Some(mut bar) = bars.remove(&id) {
+                        bar.finish();
+                    }
                     let mark = if is_error { "✗" } else { "←" };
                     let first = result.lines().next().unwrap_or_default();
                     eprintln!("{mark} {name} ({duration_ms} ms): {}", clip(first, 200));
@@ -371,9 +380,16 @@ pub async fn run(
     args: ModelArgs,
     question: String,
     json: bool,
+    mut host: TerminalHost,
 ) -> Result<(), Failure> {
     let Setup { provider, options } = setup(&args, &settings).await?;
-    let registry = ServerRegistry::start(servers).await;
+    let provider: Arc<dyn Provider> = Arc::from(provider);
+    host.provider = Some(provider.clone());
+    host.interactive &= !json;
+    let (events, renderer) = spawn_renderer(json);
+    host.events = Mutex::new(Some(events.clone()));
+    let host = Arc::new(host);
+    let registry = ServerRegistry::start(servers, host.clone()).await;
     for failure in registry.failures() {
         if json {
             println!(
@@ -401,12 +417,15 @@ pub async fn run(
 
     let cancel = CancellationToken::new();
     watch_ctrl_c(Arc::new(Mutex::new(cancel.clone())));
-    let (events, renderer) = spawn_renderer(json);
     let mut conversation = vec![Message::user(question)];
     let outcome = agent.run_turn(&mut conversation, &events, &cancel).await;
+    drop(agent);
+    registry.shutdown().await;
+    if let Ok(mut slot) = host.events.lock() {
+        slot.take();
+    }
     drop(events);
     let _ = renderer.await;
-    registry.shutdown().await;
     finish(outcome, &conversation, json)
 }
 
@@ -460,9 +479,13 @@ pub async fn chat(
     servers: Vec<ServerConfig>,
     settings: Map<String, Value>,
     args: ModelArgs,
+    mut host: TerminalHost,
 ) -> Result<(), Failure> {
     let Setup { provider, options } = setup(&args, &settings).await?;
-    let registry = ServerRegistry::start(servers).await;
+    let provider: Arc<dyn Provider> = Arc::from(provider);
+    host.provider = Some(provider.clone());
+    let host = Arc::new(host);
+    let registry = ServerRegistry::start(servers, host.clone()).await;
     for failure in registry.failures() {
         eprintln!("warning: {failure}");
     }
@@ -516,7 +539,13 @@ pub async fn chat(
         }
         conversation.push(Message::user(line));
         let (events, renderer) = spawn_renderer(false);
+        if let Ok(mut slot) = host.events.lock() {
+            *slot = Some(events.clone());
+        }
         let outcome = agent.run_turn(&mut conversation, &events, &cancel).await;
+        if let Ok(mut slot) = host.events.lock() {
+            slot.take();
+        }
         drop(events);
         let _ = renderer.await;
         match outcome {

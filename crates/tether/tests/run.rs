@@ -690,12 +690,16 @@ fn server_filesystem_tools_in_the_loop() {
         ],
     );
     let base = model.base_url();
+    // server-filesystem replaces its command-line directories with the client's roots.
+    let root = dir.display().to_string();
     let run = tether(&[
         "run",
         "--model",
         "openai:scripted",
         "--base-url",
         &base,
+        "--root",
+        &root,
         "--stdio",
         &server,
         "What is in notes.txt?",

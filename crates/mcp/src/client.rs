@@ -1,0 +1,370 @@
+//! The host's side of the conversation that servers start: requests a server makes of us
+//! (sampling, elicitation, roots) and notifications it sends (progress, logging, list
+//! changes, resource updates). rmcp calls [`ClientSession`] for each; it answers by asking
+//! the front end's [`HostHandler`], so the binary decides about consent and display while
+//! this crate keeps the protocol.
+//!
+//! Sampling, roots and logging are deprecated in 2026-07-28 but still live on legacy servers
+//! (and inside MRTR rounds), so this module deliberately uses rmcp's deprecated items.
+#![allow(deprecated)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use rmcp::model::{
+    ClientCapabilities, ClientInfo, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, ErrorData, Implementation, ListRootsResult,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
+    ResourceUpdatedNotificationParam,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ClientHandler, RoleClient};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A directory the host tells servers they may work in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Root {
+    /// A `file://` URI.
+    pub uri: String,
+    /// A short label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl Root {
+    /// The root for a local directory.
+    pub fn directory(path: &Path) -> Root {
+        Root {
+            uri: format!("file://{}", path.display()),
+            name: path.file_name().map(|n| n.to_string_lossy().into_owned()),
+        }
+    }
+}
+
+/// What a server asks the user to provide.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ElicitationRequest {
+    /// Fill in a form described by a flat JSON Schema of primitive properties.
+    Form {
+        /// Why the server asks.
+        message: String,
+        /// The requested schema (`{"type":"object","properties":{…},"required":[…]}`).
+        schema: Value,
+    },
+    /// Visit a URL (for example to sign in) outside the conversation.
+    Url {
+        /// Why the server asks.
+        message: String,
+        /// Where to go; never opened without the user's consent.
+        url: String,
+        /// The server's id for this request.
+        elicitation_id: String,
+    },
+}
+
+/// The user's answer to an elicitation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ElicitationAnswer {
+    /// Submitted, with the form's values (empty for URL mode).
+    Accept(Map<String, Value>),
+    /// Explicitly refused.
+    Decline,
+    /// Dismissed without a choice.
+    Cancel,
+}
+
+/// A notification from a server that the front end may show.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerNotice {
+    /// `notifications/message`.
+    Log {
+        /// `debug` … `emergency`.
+        level: String,
+        /// The server's logger name.
+        logger: Option<String>,
+        /// The payload (often a string).
+        data: Value,
+    },
+    /// Its tools, resources or prompts changed; the catalogue is refreshed on next use.
+    ListChanged {
+        /// `tools`, `resources` or `prompts`.
+        what: &'static str,
+    },
+    /// A subscribed resource changed.
+    ResourceUpdated {
+        /// Its URI.
+        uri: String,
+    },
+}
+
+/// One `notifications/progress` for a call in flight.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Progress {
+    /// Progress so far (increases).
+    pub progress: f64,
+    /// The total, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// What the server is doing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// What the front end provides to servers: consent, answers and display.
+pub trait HostHandler: Send + Sync + 'static {
+    /// The roots offered to servers.
+    fn roots(&self) -> Vec<Root>;
+    /// Answers `sampling/createMessage` (params and result in MCP's wire shape) or says why
+    /// not; the implementation asks for consent first.
+    fn sample<'a>(&'a self, server: &'a str, params: Value)
+    -> BoxFuture<'a, Result<Value, String>>;
+    /// Answers an elicitation.
+    fn elicit<'a>(
+        &'a self,
+        server: &'a str,
+        request: ElicitationRequest,
+    ) -> BoxFuture<'a, ElicitationAnswer>;
+    /// Shows or records a notification.
+    fn notify(&self, server: &str, notice: ServerNotice);
+}
+
+/// The host of non-interactive uses (the tester commands, scripts): roots are the working
+/// directory, sampling is refused, elicitations are declined, logs go to `tracing`.
+#[derive(Debug, Default)]
+pub struct HeadlessHost;
+
+impl HostHandler for HeadlessHost {
+    fn roots(&self) -> Vec<Root> {
+        std::env::current_dir()
+            .map(|dir| vec![Root::directory(&dir)])
+            .unwrap_or_default()
+    }
+
+    fn sample<'a>(
+        &'a self,
+        server: &'a str,
+        _params: Value,
+    ) -> BoxFuture<'a, Result<Value, String>> {
+        Box::pin(async move {
+            Err(format!(
+                "server \"{server}\" asked for sampling, which needs a model and the user's consent; use `tether run` or `tether chat`"
+            ))
+        })
+    }
+
+    fn elicit<'a>(
+        &'a self,
+        _server: &'a str,
+        _request: ElicitationRequest,
+    ) -> BoxFuture<'a, ElicitationAnswer> {
+        Box::pin(async { ElicitationAnswer::Decline })
+    }
+
+    fn notify(&self, server: &str, notice: ServerNotice) {
+        tracing::info!(server, ?notice, "server notification");
+    }
+}
+
+/// Where progress notifications of calls in flight go, by progress token.
+pub(crate) type ProgressRoutes = Arc<Mutex<HashMap<String, ProgressRoute>>>;
+
+/// One call's progress listener and the furthest progress it was sent.
+pub(crate) struct ProgressRoute {
+    pub(crate) sender: UnboundedSender<Progress>,
+    pub(crate) last: Option<f64>,
+}
+
+/// Catalogue entries a server said changed since they were last listed.
+#[derive(Debug, Default)]
+pub(crate) struct StaleLists {
+    pub(crate) tools: AtomicBool,
+}
+
+/// rmcp's handler for one connection: declares our capabilities and forwards everything to
+/// the host.
+pub(crate) struct ClientSession {
+    pub(crate) server: String,
+    pub(crate) host: Arc<dyn HostHandler>,
+    pub(crate) progress: ProgressRoutes,
+    pub(crate) stale: Arc<StaleLists>,
+}
+
+/// What we tell servers we can do.
+fn capabilities() -> ClientCapabilities {
+    // A literal that matches rmcp's schema; should a future rmcp reject it, connecting with
+    // no client capabilities still works (servers then just don't ask).
+    serde_json::from_value(json!({
+        "roots": {"listChanged": true},
+        "sampling": {"tools": {}},
+        "elicitation": {"form": {}, "url": {}},
+    }))
+    .unwrap_or_default()
+}
+
+/// The progress token as a map key, whether the server sent a number or a string.
+pub(crate) fn token_key(token: &impl Serialize) -> String {
+    serde_json::to_string(token).unwrap_or_default()
+}
+
+impl ClientHandler for ClientSession {
+    fn get_info(&self) -> ClientInfo {
+        ClientInfo::new(
+            capabilities(),
+            Implementation::new("tether", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let roots = json!({"roots": self.host.roots()});
+        serde_json::from_value(roots).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let params = serde_json::to_value(params)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        match self.host.sample(&self.server, params).await {
+            Ok(result) => serde_json::from_value(result).map_err(|e| {
+                ErrorData::internal_error(format!("sampling answer is malformed: {e}"), None)
+            }),
+            // -1 is what the spec's examples use for "user rejected sampling request".
+            Err(reason) => Err(ErrorData::new(rmcp::model::ErrorCode(-1), reason, None)),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let wire = serde_json::to_value(&request).unwrap_or_default();
+        let text = |key: &str| {
+            wire.get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let request = match wire.get("mode").and_then(Value::as_str) {
+            Some("url") => ElicitationRequest::Url {
+                message: text("message"),
+                url: text("url"),
+                elicitation_id: text("elicitationId"),
+            },
+            _ => ElicitationRequest::Form {
+                message: text("message"),
+                schema: wire.get("requestedSchema").cloned().unwrap_or_default(),
+            },
+        };
+        let answer = match self.host.elicit(&self.server, request).await {
+            ElicitationAnswer::Accept(content) if content.is_empty() => json!({"action": "accept"}),
+            ElicitationAnswer::Accept(content) => json!({"action": "accept", "content": content}),
+            ElicitationAnswer::Decline => json!({"action": "decline"}),
+            ElicitationAnswer::Cancel => json!({"action": "cancel"}),
+        };
+        serde_json::from_value(answer).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        // rmcp handles each notification in its own task, so they may arrive out of order;
+        // progress only ever increases, so anything not ahead of the last one is stale.
+        let key = token_key(&params.progress_token);
+        let Ok(mut routes) = self.progress.lock() else {
+            return;
+        };
+        if let Some(route) = routes.get_mut(&key)
+            && route.last.is_none_or(|last| params.progress > last)
+        {
+            route.last = Some(params.progress);
+            let _ = route.sender.send(Progress {
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            });
+        }
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let level = serde_json::to_value(params.level)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "info".into());
+        self.host.notify(
+            &self.server,
+            ServerNotice::Log {
+                level,
+                logger: params.logger,
+                data: params.data,
+            },
+        );
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.stale.tools.store(true, Ordering::SeqCst);
+        self.host
+            .notify(&self.server, ServerNotice::ListChanged { what: "tools" });
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.host.notify(
+            &self.server,
+            ServerNotice::ListChanged { what: "resources" },
+        );
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.host
+            .notify(&self.server, ServerNotice::ListChanged { what: "prompts" });
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.host.notify(
+            &self.server,
+            ServerNotice::ResourceUpdated { uri: params.uri },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_parse_into_rmcp_types() {
+        let caps = serde_json::to_value(capabilities()).unwrap();
+        assert_eq!(caps["roots"]["listChanged"], json!(true));
+        assert!(caps["sampling"].is_object());
+        assert!(caps["elicitation"]["form"].is_object());
+        assert!(caps["elicitation"]["url"].is_object());
+    }
+
+    #[test]
+    fn directory_roots_are_file_uris() {
+        let root = Root::directory(Path::new("/tmp/project"));
+        assert_eq!(root.uri, "file:///tmp/project");
+        assert_eq!(root.name.as_deref(), Some("project"));
+    }
+}

@@ -1,0 +1,432 @@
+//! What the terminal offers servers: roots, sampling with the user's model after consent,
+//! elicitation forms typed in at the prompt, and display of their logs and progress. One
+//! question at a time owns the terminal (`ask`), shared with the tool approver.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use serde_json::{Map, Value, json};
+use tether_agent::{AgentEvent, answer_sampling, describe_sampling};
+use tether_llm::Provider;
+use tether_mcp::{
+    ElicitationAnswer, ElicitationRequest, HostHandler, Root, SamplingPolicy, ServerConfig,
+    ServerNotice,
+};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// MCP's logging levels, least severe first.
+pub const LOG_LEVELS: &[&str] = &[
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
+
+/// Only one prompt may read the terminal at a time.
+static TERMINAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Prints `prompt` on stderr and reads one line; `None` at end of input.
+pub async fn ask(prompt: String) -> Option<String> {
+    let _turn = TERMINAL.lock().await;
+    tokio::task::spawn_blocking(move || {
+        let mut stderr = std::io::stderr();
+        let _ = write!(stderr, "{prompt}");
+        let _ = stderr.flush();
+        let mut line = String::new();
+        match std::io::stdin().lock().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line.trim().to_string()),
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// The host of every command run from a terminal or a script.
+pub struct TerminalHost {
+    /// Whether the user can be asked (stdin and stderr are terminals).
+    pub interactive: bool,
+    /// The model that answers sampling requests, when the command has one.
+    pub provider: Option<Arc<dyn Provider>>,
+    /// Each server's sampling policy.
+    pub sampling: HashMap<String, SamplingPolicy>,
+    /// Roots offered to servers.
+    pub roots: Vec<Root>,
+    /// Least severe log level shown (index into [`LOG_LEVELS`]).
+    pub log_level: usize,
+    /// Where events go while a renderer runs; stderr otherwise.
+    pub events: Mutex<Option<UnboundedSender<AgentEvent>>>,
+}
+
+impl TerminalHost {
+    /// A host for `servers`, with the working directory (or `roots`) as roots.
+    pub fn new(servers: &[ServerConfig], roots: Vec<Root>, log_level: usize) -> TerminalHost {
+        use std::io::IsTerminal;
+        let roots = if roots.is_empty() {
+            std::env::current_dir()
+                .map(|dir| vec![Root::directory(&dir)])
+                .unwrap_or_default()
+        } else {
+            roots
+        };
+        TerminalHost {
+            interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
+            provider: None,
+            sampling: servers
+                .iter()
+                .map(|s| (s.name.clone(), s.sampling))
+                .collect(),
+            roots,
+            log_level,
+            events: Mutex::new(None),
+        }
+    }
+
+    /// Sends an event to the renderer, or prints it when none runs.
+    fn show(&self, event: AgentEvent) {
+        let sender = self.events.lock().ok().and_then(|e| e.clone());
+        match sender {
+            Some(sender) => {
+                let _ = sender.send(event);
+            }
+            None => {
+                if let AgentEvent::Notice { message } = event {
+                    eprintln!("{message}");
+                }
+            }
+        }
+    }
+
+    async fn sample_with_consent(&self, server: &str, params: Value) -> Result<Value, String> {
+        let policy = self.sampling.get(server).copied().unwrap_or_default();
+        let Some(provider) = self.provider.clone() else {
+            return Err(format!(
+                "server \"{server}\" asked for sampling, but this command has no model; use `tether run` or `tether chat`"
+            ));
+        };
+        match policy {
+            SamplingPolicy::Deny => {
+                return Err(format!(
+                    "sampling is denied for server \"{server}\" by its \"sampling\": \"deny\" setting"
+                ));
+            }
+            SamplingPolicy::Ask if !self.interactive => {
+                return Err(format!(
+                    "sampling request from server \"{server}\" refused: nobody to ask in a non-interactive run; set \"sampling\": \"allow\" for this server to permit it"
+                ));
+            }
+            SamplingPolicy::Ask => {
+                let question = format!(
+                    "\nserver \"{server}\" asks to use the model ({}):\n{}\nallow? [y]es / [n]o: ",
+                    provider.name(),
+                    indent(&describe_sampling(&params))
+                );
+                if !yes(ask(question).await) {
+                    return Err("the user declined the sampling request".into());
+                }
+            }
+            SamplingPolicy::Allow => {}
+        }
+        self.show(AgentEvent::Notice {
+            message: format!("server \"{server}\" is sampling {}", provider.name()),
+        });
+        let answer = answer_sampling(provider.as_ref(), &params).await?;
+        if policy == SamplingPolicy::Ask {
+            let draft = describe_sampling(&json!({"messages": [answer.clone()]}));
+            let question = format!(
+                "draft answer for \"{server}\":\n{}\nsend it? [y]es / [n]o: ",
+                indent(&draft)
+            );
+            if !yes(ask(question).await) {
+                return Err("the user withheld the sampled answer".into());
+            }
+        }
+        Ok(answer)
+    }
+
+    async fn elicit_interactively(
+        &self,
+        server: &str,
+        request: ElicitationRequest,
+    ) -> ElicitationAnswer {
+        match request {
+            ElicitationRequest::Url { message, url, .. } => {
+                let question = format!(
+                    "\nserver \"{server}\" asks you to visit a URL: {message}\n  {url}\n(Tether does not open it.) done there? [y]es / [n]o (decline) / [c]ancel: "
+                );
+                choice(ask(question).await, ElicitationAnswer::Accept(Map::new()))
+            }
+            ElicitationRequest::Form { message, schema } => {
+                let question = format!(
+                    "\nserver \"{server}\" asks: {message}\nanswer? [y]es / [n]o (decline) / [c]ancel: "
+                );
+                match choice(ask(question).await, ElicitationAnswer::Accept(Map::new())) {
+                    ElicitationAnswer::Accept(_) => match fill_form(&schema).await {
+                        Some(values) => ElicitationAnswer::Accept(values),
+                        None => ElicitationAnswer::Cancel,
+                    },
+                    other => other,
+                }
+            }
+        }
+    }
+}
+
+impl HostHandler for TerminalHost {
+    fn roots(&self) -> Vec<Root> {
+        self.roots.clone()
+    }
+
+    fn sample<'a>(
+        &'a self,
+        server: &'a str,
+        params: Value,
+    ) -> BoxFuture<'a, Result<Value, String>> {
+        Box::pin(async move {
+            let outcome = self.sample_with_consent(server, params).await;
+            if let Err(reason) = &outcome {
+                self.show(AgentEvent::Notice {
+                    message: reason.clone(),
+                });
+            }
+            outcome
+        })
+    }
+
+    fn elicit<'a>(
+        &'a self,
+        server: &'a str,
+        request: ElicitationRequest,
+    ) -> BoxFuture<'a, ElicitationAnswer> {
+        Box::pin(async move {
+            if !self.interactive {
+                self.show(AgentEvent::Notice {
+                    message: format!(
+                        "server \"{server}\" asked for input; declined because nobody can answer in a non-interactive run"
+                    ),
+                });
+                return ElicitationAnswer::Decline;
+            }
+            self.elicit_interactively(server, request).await
+        })
+    }
+
+    fn notify(&self, server: &str, notice: ServerNotice) {
+        let message = match notice {
+            ServerNotice::Log {
+                level,
+                logger,
+                data,
+            } => {
+                let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(1);
+                if rank < self.log_level {
+                    return;
+                }
+                let text = match data {
+                    Value::String(text) => text,
+                    other => other.to_string(),
+                };
+                let logger = logger.map(|l| format!(" {l}")).unwrap_or_default();
+                format!("[{server}{logger}] {level}: {text}")
+            }
+            // The agent refreshes and reports its new tool count itself; the tester has
+            // nothing to refresh, so this is only for -v.
+            ServerNotice::ListChanged { what } => {
+                tracing::info!(server, "{what} changed");
+                return;
+            }
+            ServerNotice::ResourceUpdated { uri } => {
+                format!("server \"{server}\": resource {uri} updated")
+            }
+        };
+        self.show(AgentEvent::Notice { message });
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("  {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn yes(answer: Option<String>) -> bool {
+    matches!(
+        answer.as_deref().map(str::to_lowercase).as_deref(),
+        Some("y" | "yes")
+    )
+}
+
+fn choice(answer: Option<String>, accept: ElicitationAnswer) -> ElicitationAnswer {
+    match answer.as_deref().map(str::to_lowercase).as_deref() {
+        Some("y" | "yes") => accept,
+        Some("n" | "no") => ElicitationAnswer::Decline,
+        _ => ElicitationAnswer::Cancel,
+    }
+}
+
+/// Asks for each property of a flat form schema; an empty line takes the default. `None`
+/// when input ends.
+async fn fill_form(schema: &Value) -> Option<Map<String, Value>> {
+    let mut values = Map::new();
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Some(values);
+    };
+    for (name, property) in properties {
+        let is_required = required.contains(&name.as_str());
+        let choices = form_choices(property);
+        let label = property
+            .get("title")
+            .and_then(Value::as_str)
+            .unwrap_or(name);
+        let kind = property
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("string");
+        let kind_label = if kind == "array" {
+            "comma-separated list"
+        } else {
+            kind
+        };
+        let mut hint = String::new();
+        if let Some(description) = property.get("description").and_then(Value::as_str) {
+            hint.push_str(&format!(" ({description})"));
+        }
+        if !choices.is_empty() {
+            hint.push_str(&format!(" one of: {}", choices.join(", ")));
+        }
+        if let Some(default) = property.get("default") {
+            hint.push_str(&format!(" [{default}]"));
+        } else if !is_required {
+            hint.push_str(" [skip]");
+        }
+        loop {
+            let line = ask(format!("  {label}: {kind_label}{hint}: ")).await?;
+            if line.is_empty() {
+                if let Some(default) = property.get("default") {
+                    values.insert(name.clone(), default.clone());
+                    break;
+                }
+                if !is_required {
+                    break;
+                }
+                eprintln!("  {label} is required");
+                continue;
+            }
+            match form_value(kind, &line, &choices) {
+                Ok(value) => {
+                    values.insert(name.clone(), value);
+                    break;
+                }
+                Err(problem) => eprintln!("  {problem}"),
+            }
+        }
+    }
+    Some(values)
+}
+
+/// The allowed values of an enum property (`enum` or titled `oneOf`/`anyOf` consts), or of
+/// a multi-select's items.
+fn form_choices(property: &Value) -> Vec<String> {
+    if let Some(items) = property.get("items") {
+        return form_choices(items);
+    }
+    if let Some(values) = property.get("enum").and_then(Value::as_array) {
+        return values
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect();
+    }
+    property
+        .get("oneOf")
+        .or_else(|| property.get("anyOf"))
+        .and_then(Value::as_array)
+        .map(|options| {
+            options
+                .iter()
+                .filter_map(|o| o.get("const").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Parses one typed-in form value.
+fn form_value(kind: &str, line: &str, choices: &[String]) -> Result<Value, String> {
+    match kind {
+        "boolean" => match line.to_lowercase().as_str() {
+            "y" | "yes" | "true" => Ok(Value::Bool(true)),
+            "n" | "no" | "false" => Ok(Value::Bool(false)),
+            _ => Err(format!("\"{line}\" is not yes or no")),
+        },
+        "integer" => line
+            .parse::<i64>()
+            .map(Value::from)
+            .map_err(|_| format!("\"{line}\" is not a whole number")),
+        "number" => line
+            .parse::<f64>()
+            .map(Value::from)
+            .map_err(|_| format!("\"{line}\" is not a number")),
+        "array" => {
+            let picked: Vec<&str> = line
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .collect();
+            match picked
+                .iter()
+                .find(|p| !choices.is_empty() && !choices.iter().any(|c| c == *p))
+            {
+                Some(bad) => Err(format!("\"{bad}\" is not one of {}", choices.join(", "))),
+                None => Ok(json!(picked)),
+            }
+        }
+        _ if !choices.is_empty() && !choices.iter().any(|c| c == line) => {
+            Err(format!("\"{line}\" is not one of {}", choices.join(", ")))
+        }
+        _ => Ok(Value::String(line.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn form_values_are_typed_by_the_schema() {
+        assert_eq!(form_value("integer", "42", &[]), Ok(json!(42)));
+        assert_eq!(form_value("number", "2.5", &[]), Ok(json!(2.5)));
+        assert_eq!(form_value("boolean", "yes", &[]), Ok(json!(true)));
+        assert!(form_value("integer", "forty", &[]).is_err());
+        let colours = vec!["red".to_string(), "blue".to_string()];
+        assert_eq!(form_value("string", "red", &colours), Ok(json!("red")));
+        assert!(form_value("string", "green", &colours).is_err());
+        assert_eq!(
+            form_value("array", "red, blue", &colours),
+            Ok(json!(["red", "blue"]))
+        );
+        assert!(form_value("array", "red,green", &colours).is_err());
+    }
+
+    #[test]
+    fn enum_choices_come_from_enum_or_titled_one_of() {
+        assert_eq!(form_choices(&json!({"enum": ["a", "b"]})), vec!["a", "b"]);
+        assert_eq!(
+            form_choices(&json!({"oneOf": [{"const": "x", "title": "X"}]})),
+            vec!["x"]
+        );
+    }
+}

@@ -1,0 +1,505 @@
+//! End-to-end tests of the client side of MCP that servers drive: roots, sampling,
+//! elicitation, progress, logging, list changes and cancellation. The real binary talks to
+//! server-everything (and a fixture server where a behaviour must be forced), with the
+//! scripted model server answering sampling requests.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+use test_support::model::{Reply, ScriptedModel, Wire};
+use test_support::{everything_stdio, fixture, npm_bin};
+
+/// A fresh working directory for one test.
+fn workdir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tether-client-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn tether(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env_remove("TETHER_MODEL")
+        .stdin(Stdio::null())
+        .output()
+        .expect("tether runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The JSON event lines of a `run --json`.
+fn events(output: &Output) -> Vec<Value> {
+    text(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// A config file in `dir` with server-everything plus `extra` keys on it.
+fn everything_config(dir: &Path, extra: Value) -> PathBuf {
+    let mut server = json!({"command": npm_bin("mcp-server-everything"), "args": ["stdio"]});
+    for (key, value) in extra.as_object().unwrap() {
+        server[key] = value.clone();
+    }
+    let path = dir.join("tether.json");
+    std::fs::write(
+        &path,
+        json!({"mcpServers": {"everything": server}}).to_string(),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn roots_come_from_root_flags_and_server_logs_follow_log_level() {
+    let dir = workdir("roots");
+    let everything = everything_stdio();
+    let shown = tether(
+        &dir,
+        &[
+            "--stdio",
+            &everything,
+            "--root",
+            "/srv/projects/alpha",
+            "call",
+            "everything",
+            "get-roots-list",
+        ],
+    );
+    let stdout = text(&shown.stdout);
+    let stderr = text(&shown.stderr);
+    assert_eq!(shown.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("file:///srv/projects/alpha"), "{stdout}");
+    // The server logs at info when it receives our roots; the default level shows it.
+    assert!(
+        stderr.contains("[everything everything-server] info: Roots updated: 1 root(s)"),
+        "{stderr}"
+    );
+
+    let hidden = tether(
+        &dir,
+        &[
+            "--stdio",
+            &everything,
+            "--log-level",
+            "warning",
+            "call",
+            "everything",
+            "get-roots-list",
+        ],
+    );
+    let stdout = text(&hidden.stdout);
+    assert!(
+        stdout.contains(&format!("file://{}", dir.display())),
+        "the working directory is the default root: {stdout}"
+    );
+    assert!(!text(&hidden.stderr).contains("Roots updated"));
+
+    let typo = tether(&dir, &["--log-level", "loud", "servers"]);
+    assert_eq!(typo.status.code(), Some(1));
+    assert!(
+        text(&typo.stderr).contains("warning"),
+        "valid levels are listed"
+    );
+}
+
+/// The progress lines `tether call` printed.
+fn progress_lines(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("trigger-long-running-operation ["))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_long_call_shows_its_progress_in_order() {
+    let dir = workdir("progress");
+    let everything = everything_stdio();
+    let output = tether(
+        &dir,
+        &[
+            "--stdio",
+            &everything,
+            "call",
+            "everything",
+            "trigger-long-running-operation",
+            "duration=1",
+            "steps=4",
+        ],
+    );
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let lines = progress_lines(&stderr);
+    // Steps are 250 ms apart; the last one races with the result and may be dropped.
+    assert!(lines.len() >= 3, "{stderr}");
+    assert_eq!(
+        lines[..3],
+        [
+            "trigger-long-running-operation [#####...............]  25% (1/4)",
+            "trigger-long-running-operation [##########..........]  50% (2/4)",
+            "trigger-long-running-operation [###############.....]  75% (3/4)",
+        ]
+    );
+}
+
+#[test]
+fn run_reports_progress_events_before_the_result() {
+    let dir = workdir("run-progress");
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call(
+                "c1",
+                "everything__trigger-long-running-operation",
+                r#"{"duration": 1, "steps": 4}"#,
+            ),
+            Reply::text("It finished."),
+        ],
+    );
+    let everything = everything_stdio();
+    let base = model.base_url();
+    let output = tether(
+        &dir,
+        &[
+            "run",
+            "--json",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+            "--stdio",
+            &everything,
+            "run the long operation",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let events = events(&output);
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    let finished = kinds
+        .iter()
+        .position(|k| *k == "tool_call_finished")
+        .unwrap();
+    let progress: Vec<f64> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_progress")
+        .map(|e| {
+            assert_eq!(e["id"], "c1");
+            assert_eq!(e["total"], 4.0);
+            e["progress"].as_f64().unwrap()
+        })
+        .collect();
+    assert!(progress.len() >= 3, "{kinds:?}");
+    assert!(progress.windows(2).all(|w| w[0] < w[1]), "{progress:?}");
+    assert!(kinds.iter().rposition(|k| *k == "tool_progress").unwrap() < finished);
+}
+
+#[test]
+fn sampling_is_answered_by_the_model_when_the_server_is_allowed() {
+    let dir = workdir("sampling");
+    let config = everything_config(&dir, json!({"sampling": "allow"}));
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call(
+                "c1",
+                "everything__trigger-sampling-request",
+                r#"{"prompt": "Write one word about the sea", "maxTokens": 20}"#,
+            ),
+            Reply::text("Waves"),
+            Reply::text("The server's model said: Waves"),
+        ],
+    );
+    let base = model.base_url();
+    let output = tether(
+        &dir,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "--json",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+            "ask the server to sample",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    // The second request is the server's: its prompt, its token cap, and no tools.
+    let sampling = &requests[1].body;
+    assert_eq!(
+        sampling["messages"],
+        json!([
+            {"role": "system", "content": "You are a helpful test server."},
+            {"role": "user", "content": "Resource trigger-sampling-request context: Write one word about the sea"}
+        ])
+    );
+    assert_eq!(sampling["max_tokens"], 20);
+    assert!(sampling.get("tools").is_none_or(|t| t == &json!([])));
+    // The sampled answer went back to the server and came back in the tool result.
+    let tool_result = requests[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
+    assert!(
+        tool_result["content"].as_str().unwrap().contains("Waves"),
+        "{tool_result}"
+    );
+}
+
+#[test]
+fn sampling_without_consent_is_refused_in_a_non_interactive_run() {
+    let dir = workdir("sampling-refused");
+    let config = everything_config(&dir, json!({}));
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call(
+                "c1",
+                "everything__trigger-sampling-request",
+                r#"{"prompt": "secret", "maxTokens": 20}"#,
+            ),
+            Reply::text("It was refused."),
+        ],
+    );
+    let base = model.base_url();
+    let output = tether(
+        &dir,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "--json",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+            "ask the server to sample",
+        ],
+    );
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "the model never saw the server's prompt");
+    let events = events(&output);
+    let notice = events
+        .iter()
+        .find(|e| e["type"] == "notice" && e["message"].as_str().unwrap().contains("sampling"))
+        .unwrap_or_else(|| panic!("{events:?}"));
+    assert!(
+        notice["message"]
+            .as_str()
+            .unwrap()
+            .contains("set \"sampling\": \"allow\""),
+        "the refusal names the fix: {notice}"
+    );
+}
+
+#[test]
+fn elicitation_is_declined_without_a_terminal_and_filled_in_with_one() {
+    let dir = workdir("elicitation");
+    let everything = everything_stdio();
+    let declined = tether(
+        &dir,
+        &[
+            "--stdio",
+            &everything,
+            "call",
+            "everything",
+            "trigger-elicitation-request",
+        ],
+    );
+    assert!(
+        text(&declined.stdout).contains("\"action\": \"decline\""),
+        "{}",
+        text(&declined.stdout)
+    );
+
+    // In a pseudo-terminal (util-linux `script`): accept, type the required name, agree,
+    // and press Enter for every other field so the schema's defaults apply.
+    let command = format!(
+        "{} --stdio '{everything}' call everything trigger-elicitation-request",
+        env!("CARGO_BIN_EXE_tether")
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(&dir)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux is installed");
+    let mut answers = String::from("y\nAda Lovelace\nyes\n");
+    answers.push_str(&"\n".repeat(11));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(answers.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let screen = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{screen}");
+    assert!(
+        screen.contains("server \"everything\" asks: Please provide inputs"),
+        "{screen}"
+    );
+    for expected in [
+        "- Name: Ada Lovelace",
+        "- Agreed to terms: true",
+        "\"firstLine\": \"It was a dark and stormy night.\"",
+        "\"integer\": 42",
+        "\"untitledMultipleSelectEnum\": [",
+        "\"titledSingleSelectEnum\": \"hero-1\"",
+    ] {
+        assert!(screen.contains(expected), "missing {expected}:\n{screen}");
+    }
+}
+
+/// A config with the fixture server in `mode`, logging cancellations to `dir/cancelled`.
+fn fixture_config(dir: &Path, mode: &str) -> PathBuf {
+    let path = dir.join("tether.json");
+    let server = json!({
+        "command": "python3",
+        "args": [fixture("misbehaving_server.py"), mode],
+        "env": {"CANCEL_LOG": dir.join("cancelled")},
+    });
+    std::fs::write(
+        &path,
+        json!({"mcpServers": {"fixture": server}}).to_string(),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn a_list_change_reaches_the_next_model_request() {
+    let dir = workdir("list-changed");
+    let config = fixture_config(&dir, "grows");
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "fixture__boom", "{}"),
+            Reply::text("done"),
+        ],
+    );
+    let base = model.base_url();
+    let output = tether(
+        &dir,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "--json",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+            "go",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let tool_names = |i: usize| -> Vec<String> {
+        model.requests()[i].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(!tool_names(0).contains(&"fixture__grown_tool".to_string()));
+    assert!(
+        tool_names(1).contains(&"fixture__grown_tool".to_string()),
+        "{:?}",
+        tool_names(1)
+    );
+}
+
+#[test]
+fn a_timed_out_call_is_cancelled_on_the_server() {
+    let dir = workdir("cancel");
+    let config = fixture_config(&dir, "hang-on-call");
+    let output = tether(
+        &dir,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--timeout",
+            "1",
+            "call",
+            "fixture",
+            "boom",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("timed out after 1s"));
+    let log = std::fs::read_to_string(dir.join("cancelled")).expect("the server was told");
+    let cancelled: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert!(cancelled["requestId"].is_number(), "{cancelled}");
+}
+
+#[test]
+fn ctrl_c_during_a_call_cancels_it_on_the_server() {
+    use std::io::{BufRead, BufReader};
+    let dir = workdir("ctrl-c");
+    let config = fixture_config(&dir, "hang-on-call");
+    let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::call("c1", "fixture__boom", "{}")]);
+    let base = model.base_url();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "--json",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+            "wait",
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let started = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("\"tool_call_started\""));
+    assert!(started.is_some());
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let _rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    let log = std::fs::read_to_string(dir.join("cancelled")).expect("the server was told");
+    assert!(log.contains("requestId"), "{log}");
+}
