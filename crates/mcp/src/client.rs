@@ -192,6 +192,8 @@ pub(crate) struct ClientSession {
     pub(crate) host: Arc<dyn HostHandler>,
     pub(crate) progress: ProgressRoutes,
     pub(crate) stale: Arc<StaleLists>,
+    /// Sent in `initialize`.
+    pub(crate) protocol_version: ProtocolVersion,
 }
 
 /// What we tell servers we can do.
@@ -217,7 +219,7 @@ impl ClientHandler for ClientSession {
             capabilities(),
             Implementation::new("tether", env!("CARGO_PKG_VERSION")),
         )
-        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+        .with_protocol_version(self.protocol_version.clone())
     }
 
     async fn list_roots(

@@ -87,7 +87,19 @@ pub struct ServerConfig {
     pub disabled_tools: Vec<String>,
     /// Whether this server may have the model answer its `sampling/createMessage` requests.
     pub sampling: SamplingPolicy,
+    /// `"protocolVersion"`: speak exactly this MCP revision instead of probing for the newest
+    /// (skips the discovery round trip, and its 10 s wait on legacy servers that ignore it).
+    pub protocol_version: Option<String>,
 }
+
+/// The MCP revisions Tether speaks, oldest first.
+pub const PROTOCOL_VERSIONS: &[&str] = &[
+    "2024-11-05",
+    "2025-03-26",
+    "2025-06-18",
+    "2025-11-25",
+    "2026-07-28",
+];
 
 /// `"sampling"` of a server: may it use the user's model?
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -137,6 +149,7 @@ impl ServerConfig {
             allowed_tools: None,
             disabled_tools: Vec::new(),
             sampling: SamplingPolicy::Ask,
+            protocol_version: None,
         }
     }
 
@@ -216,6 +229,7 @@ struct RawServer {
     #[serde(default)]
     disabled_tools: Vec<String>,
     sampling: Option<Value>,
+    protocol_version: Option<String>,
     #[serde(flatten)]
     other: serde_json::Map<String, Value>,
 }
@@ -234,6 +248,7 @@ const KNOWN_SERVER_KEYS: &[&str] = &[
     "allowedTools",
     "disabledTools",
     "sampling",
+    "protocolVersion",
 ];
 
 /// A duration written as seconds (`30`, `2.5`) or with a unit (`"500ms"`, `"30s"`, `"2m"`).
@@ -504,6 +519,15 @@ fn build_server(
             Some(value) => serde_json::from_value(value.clone()).map_err(|_| {
                 format!("sampling: is {value}; expected \"ask\", \"allow\" or \"deny\"")
             })?,
+        },
+        protocol_version: match raw.protocol_version {
+            Some(version) if !PROTOCOL_VERSIONS.contains(&version.as_str()) => {
+                return Err(format!(
+                    "protocolVersion: \"{version}\" is not an MCP revision Tether speaks; use one of {}",
+                    PROTOCOL_VERSIONS.join(", ")
+                ));
+            }
+            version => version,
         },
     })
 }

@@ -64,10 +64,29 @@ impl std::fmt::Debug for ServerConnection {
     }
 }
 
-fn lifecycle() -> ClientLifecycleMode {
-    ClientLifecycleMode::Auto {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        legacy_version: Some(ProtocolVersion::V_2025_11_25),
+/// How to open the session: probe for the modern era unless the config pins a revision.
+fn lifecycle(config: &ServerConfig) -> (ClientLifecycleMode, ProtocolVersion) {
+    let pinned = config
+        .protocol_version
+        .as_deref()
+        .and_then(|v| serde_json::from_value::<ProtocolVersion>(Value::from(v)).ok());
+    match pinned {
+        Some(version) if version < ProtocolVersion::V_2026_07_28 => {
+            (ClientLifecycleMode::Initialize, version)
+        }
+        Some(version) => (
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![version],
+            },
+            ProtocolVersion::LATEST_WITH_INITIALIZE,
+        ),
+        None => (
+            ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+            ProtocolVersion::LATEST_WITH_INITIALIZE,
+        ),
     }
 }
 
@@ -82,7 +101,9 @@ impl ServerConnection {
         let name = config.name.as_str();
         let progress = ProgressRoutes::default();
         let stale = Arc::new(StaleLists::default());
+        let (lifecycle, protocol_version) = lifecycle(config);
         let session = ClientSession {
+            protocol_version,
             server: name.to_string(),
             host,
             progress: progress.clone(),
@@ -98,7 +119,7 @@ impl ServerConnection {
                 let (process, pipes) = StdioProcess::spawn(name, command, args, env, cwd.as_ref())?;
                 let outcome = tokio::time::timeout(
                     config.startup_timeout,
-                    session.serve_with_lifecycle(pipes, lifecycle()),
+                    session.serve_with_lifecycle(pipes, lifecycle),
                 )
                 .await;
                 match outcome {
@@ -146,7 +167,7 @@ impl ServerConnection {
                 );
                 let outcome = tokio::time::timeout(
                     config.startup_timeout,
-                    session.serve_with_lifecycle(transport, lifecycle()),
+                    session.serve_with_lifecycle(transport, lifecycle),
                 )
                 .await;
                 match outcome {

@@ -52,6 +52,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
                 .await
                 .map_err(Failure::partial)
         }
+        Command::ConformanceClient { url } => crate::conformance::run(url).await,
         Command::Servers => servers_command(&servers, json, shared).await,
         Command::Tools { server, schema } => {
             let registry = start(&servers, server.as_deref(), &shared).await?;

@@ -4,6 +4,7 @@
 
 mod arguments;
 mod commands;
+mod conformance;
 mod host;
 mod render;
 mod run;
@@ -90,6 +91,13 @@ enum Command {
     /// Run the built-in tools as an MCP server on stdio (used when no servers are configured).
     #[command(hide = true)]
     BuiltinServer,
+    /// The client the MCP conformance suite drives: connects to URL and acts out the
+    /// scenario named by MCP_CONFORMANCE_SCENARIO.
+    #[command(hide = true)]
+    ConformanceClient {
+        /// The suite's mock server.
+        url: String,
+    },
     /// List tools with their qualified names, descriptions and annotations.
     Tools {
         /// Only this server.
