@@ -90,6 +90,8 @@ pub struct ServerConfig {
     /// `"protocolVersion"`: speak exactly this MCP revision instead of probing for the newest
     /// (skips the discovery round trip, and its 10 s wait on legacy servers that ignore it).
     pub protocol_version: Option<String>,
+    /// `"oauth"`: how to identify Tether to the server's authorization server.
+    pub oauth: crate::auth::OAuthSettings,
 }
 
 /// The MCP revisions Tether speaks, oldest first.
@@ -150,6 +152,7 @@ impl ServerConfig {
             disabled_tools: Vec::new(),
             sampling: SamplingPolicy::Ask,
             protocol_version: None,
+            oauth: crate::auth::OAuthSettings::default(),
         }
     }
 
@@ -230,6 +233,7 @@ struct RawServer {
     disabled_tools: Vec<String>,
     sampling: Option<Value>,
     protocol_version: Option<String>,
+    oauth: Option<Value>,
     #[serde(flatten)]
     other: serde_json::Map<String, Value>,
 }
@@ -249,6 +253,7 @@ const KNOWN_SERVER_KEYS: &[&str] = &[
     "disabledTools",
     "sampling",
     "protocolVersion",
+    "oauth",
 ];
 
 /// A duration written as seconds (`30`, `2.5`) or with a unit (`"500ms"`, `"30s"`, `"2m"`).
@@ -528,6 +533,18 @@ fn build_server(
                 ));
             }
             version => version,
+        },
+        oauth: match raw.oauth {
+            None => crate::auth::OAuthSettings::default(),
+            Some(value) => {
+                let mut settings: crate::auth::OAuthSettings = serde_json::from_value(value)
+                    .map_err(|e| format!("oauth: {e}; expected {{\"clientId\", \"clientSecret\", \"scopes\", \"clientMetadataUrl\"}}"))?;
+                settings.client_secret = settings
+                    .client_secret
+                    .map(|secret| sub("oauth.clientSecret", &secret))
+                    .transpose()?;
+                settings
+            }
         },
     })
 }

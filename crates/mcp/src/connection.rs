@@ -21,6 +21,7 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::auth::AuthClient;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde::Serialize;
@@ -92,10 +93,27 @@ fn lifecycle(config: &ServerConfig) -> (ClientLifecycleMode, ProtocolVersion) {
 
 impl ServerConnection {
     /// Starts (stdio) or reaches (HTTP) the server and completes the handshake within its
-    /// startup timeout. Requests and notifications from the server go to `host`.
+    /// startup timeout. Requests and notifications from the server go to `host`. HTTP
+    /// servers get the OAuth tokens saved by `tether auth login`, if any.
     pub async fn connect(
         config: &ServerConfig,
         host: Arc<dyn HostHandler>,
+    ) -> Result<ServerConnection, McpError> {
+        let saved = match (&config.transport, crate::auth::credentials_path()) {
+            (Transport::Http { url, .. }, Some(path)) => {
+                crate::auth::saved_authorization(&config.name, url, &path).await
+            }
+            _ => None,
+        };
+        ServerConnection::connect_authorized(config, host, saved).await
+    }
+
+    /// [`connect`](Self::connect) with an explicit OAuth authorization for HTTP servers
+    /// (`None`: no token).
+    pub async fn connect_authorized(
+        config: &ServerConfig,
+        host: Arc<dyn HostHandler>,
+        authorization: Option<crate::auth::Authorization>,
     ) -> Result<ServerConnection, McpError> {
         let started = Instant::now();
         let name = config.name.as_str();
@@ -161,17 +179,37 @@ impl ServerConnection {
                         http::HeaderValue::from_str(value).map_err(|_| bad("value of"))?;
                     header_map.insert(key_parsed, value_parsed);
                 }
-                let transport = StreamableHttpClientTransport::from_config(
-                    StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                        .custom_headers(header_map),
-                );
-                let outcome = tokio::time::timeout(
-                    config.startup_timeout,
-                    session.serve_with_lifecycle(transport, lifecycle),
-                )
-                .await;
+                let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(header_map);
+                let serve = async {
+                    match authorization {
+                        Some(crate::auth::Authorization(manager)) => {
+                            let client = AuthClient::new(reqwest::Client::default(), manager);
+                            let transport = StreamableHttpClientTransport::with_client(
+                                client,
+                                transport_config,
+                            );
+                            session.serve_with_lifecycle(transport, lifecycle).await
+                        }
+                        None => {
+                            let transport =
+                                StreamableHttpClientTransport::from_config(transport_config);
+                            session.serve_with_lifecycle(transport, lifecycle).await
+                        }
+                    }
+                };
+                let outcome = tokio::time::timeout(config.startup_timeout, serve).await;
                 match outcome {
                     Ok(Ok(client)) => (client, None),
+                    Ok(Err(error))
+                        if error.is_authorization_required()
+                            || error.auth_challenge().is_some() =>
+                    {
+                        return Err(McpError::SignInRequired {
+                            server: name.to_string(),
+                            challenge: error.auth_challenge().map(str::to_string),
+                        });
+                    }
                     Ok(Err(error)) => {
                         return Err(McpError::Unreachable {
                             server: name.to_string(),
@@ -435,6 +473,10 @@ impl ServerConnection {
                 code: error.code.0,
                 message: error.message.to_string(),
             }),
+            Ok(Err(error)) if auth_challenge(&error).is_some() => Err(McpError::SignInRequired {
+                server,
+                challenge: auth_challenge(&error),
+            }),
             Ok(Err(error)) => {
                 let detail = match &self.process {
                     Some(process)
@@ -510,6 +552,22 @@ impl Drop for InFlight {
             }
         }
     }
+}
+
+/// The `WWW-Authenticate` challenge of a 401 or 403 somewhere in `error`'s causes.
+fn auth_challenge(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use rmcp::transport::streamable_http_client::{AuthRequiredError, InsufficientScopeError};
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(e) = error.downcast_ref::<AuthRequiredError>() {
+            return Some(e.www_authenticate_header.clone());
+        }
+        if let Some(e) = error.downcast_ref::<InsufficientScopeError>() {
+            return Some(e.www_authenticate_header.clone());
+        }
+        current = error.source();
+    }
+    None
 }
 
 /// rustls needs one process-wide crypto provider; the first HTTP connection installs ring.

@@ -74,6 +74,17 @@ pub enum McpError {
     /// Arguments given by the user do not make a valid request.
     #[error("{0}")]
     InvalidArguments(String),
+    /// OAuth sign-in or token handling failed; the message names the server and the step.
+    #[error("{0}")]
+    Auth(String),
+    /// The server wants an OAuth token (401) or more scopes (403) than Tether holds.
+    #[error("server \"{server}\" requires OAuth sign-in; run `tether auth login {server}`")]
+    SignInRequired {
+        /// Server name.
+        server: String,
+        /// The server's `WWW-Authenticate` challenge, to start the flow from.
+        challenge: Option<String>,
+    },
 }
 
 /// Coarse classes of failure; front ends map them to exit codes.
@@ -96,7 +107,10 @@ impl McpError {
             | McpError::UnknownItem { .. }
             | McpError::Disabled(_)
             | McpError::InvalidArguments(_) => ErrorClass::Usage,
-            McpError::Unreachable { .. } | McpError::Timeout { .. } => ErrorClass::Unreachable,
+            McpError::Unreachable { .. }
+            | McpError::Timeout { .. }
+            | McpError::Auth(_)
+            | McpError::SignInRequired { .. } => ErrorClass::Unreachable,
             McpError::Rpc { .. } => ErrorClass::Server,
         }
     }

@@ -2,6 +2,7 @@
 //! or Streamable HTTP in either protocol era, and exposes their tools, resources and prompts as
 //! `tether-protocol` types. This is the only crate that knows rmcp.
 
+pub mod auth;
 pub mod builtin;
 pub mod client;
 pub mod config;

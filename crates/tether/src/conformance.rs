@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
+use tether_mcp::auth::{self, HeadlessBrowser, OAuthSettings, TokenStore};
 use tether_mcp::{
-    ElicitationAnswer, ElicitationRequest, HostHandler, Root, ServerConfig, ServerConnection,
-    ServerNotice,
+    ElicitationAnswer, ElicitationRequest, HostHandler, McpError, Root, ServerConfig,
+    ServerConnection, ServerNotice,
 };
 
 use crate::Failure;
@@ -77,9 +78,10 @@ fn schema_defaults(schema: &Value) -> Map<String, Value> {
 fn arguments_for(schema: &Value) -> Map<String, Value> {
     let properties = schema.get("properties").and_then(Value::as_object);
     match properties {
-        Some(p) if p.contains_key("a") && p.contains_key("b") => {
-            json!({"a": 2, "b": 3}).as_object().cloned().unwrap_or_default()
-        }
+        Some(p) if p.contains_key("a") && p.contains_key("b") => json!({"a": 2, "b": 3})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
         _ => Map::new(),
     }
 }
@@ -94,17 +96,64 @@ pub async fn run(url: String) -> Result<(), Failure> {
     let mut config = ServerConfig::http("conformance", url);
     // The suite names the revision under test, as a user would pin it with "protocolVersion".
     config.protocol_version = std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION").ok();
-    let connection = ServerConnection::connect(&config, Arc::new(ScriptedHost)).await?;
-    let outcome = drive(&connection, &scenario, &context).await;
-    connection.close().await;
-    outcome
+    let text = |key: &str| context.get(key).and_then(Value::as_str).map(str::to_string);
+    config.oauth = OAuthSettings {
+        client_id: text("client_id"),
+        client_secret: text("client_secret"),
+        scopes: Vec::new(),
+        client_metadata_url: Some(CLIENT_METADATA_URL.into()),
+    };
+    let host: Arc<dyn HostHandler> = Arc::new(ScriptedHost);
+    // Each round either finishes or meets a 401/403 challenge; a sign-in answers it and the
+    // scenario starts over. Servers that keep refusing stop us after three sign-ins.
+    let mut authorization = None;
+    let mut granted: Vec<String> = Vec::new();
+    for round in 0..=MAX_SIGN_INS {
+        let outcome =
+            match ServerConnection::connect_authorized(&config, host.clone(), authorization.take())
+                .await
+            {
+                Ok(connection) => {
+                    let outcome = drive(&connection, &scenario, &context).await;
+                    connection.close().await;
+                    outcome
+                }
+                Err(error) => Err(error),
+            };
+        match outcome {
+            Err(McpError::SignInRequired { challenge, .. }) if round < MAX_SIGN_INS => {
+                let (signed_in, grant) = auth::sign_in(
+                    &config,
+                    challenge.as_deref(),
+                    &granted,
+                    TokenStore::Memory,
+                    &HeadlessBrowser {
+                        redirect_uri: "http://localhost:3000/callback".into(),
+                    },
+                )
+                .await?;
+                granted = grant.scopes;
+                authorization = Some(signed_in);
+            }
+            other => return other.map_err(Failure::from),
+        }
+    }
+    Err(Failure::partial(format!(
+        "server \"conformance\" still refuses after {MAX_SIGN_INS} sign-ins"
+    )))
 }
+
+/// Sign-ins per scenario before giving up (a server may keep asking for scopes).
+const MAX_SIGN_INS: usize = 3;
+
+/// The client ID metadata document the suite's authorization servers accept.
+const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
 
 async fn drive(
     connection: &ServerConnection,
     scenario: &str,
     context: &Value,
-) -> Result<(), Failure> {
+) -> Result<(), McpError> {
     let tools = connection.list_tools().await?;
     match scenario {
         "json-schema-ref-no-deref" => return Ok(()),
@@ -113,7 +162,9 @@ async fn drive(
             let observed = tools
                 .iter()
                 .find(|t| t.name != "json_schema_echo")
-                .ok_or_else(|| Failure::partial("the server offers no schema to echo"))?;
+                .ok_or_else(|| {
+                    McpError::InvalidArguments("the server offers no schema to echo".into())
+                })?;
             let arguments = json!({"schema": observed.input_schema});
             connection
                 .call_tool("json_schema_echo", arguments.as_object().cloned(), None)
