@@ -255,6 +255,7 @@ impl BrowserStep for HeadlessBrowser {
         authorization_url: &'a str,
     ) -> futures::future::BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
+            crate::connection::install_tls_provider();
             let client = reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .timeout(Duration::from_secs(30))
@@ -309,7 +310,7 @@ pub fn challenged_scopes(challenge: &str) -> Vec<String> {
 pub fn server_url(config: &ServerConfig) -> Result<&str, McpError> {
     match &config.transport {
         Transport::Http { url, .. } | Transport::Sse { url, .. } => Ok(url),
-        Transport::Stdio { .. } => Err(McpError::Auth(format!(
+        Transport::Stdio { .. } => Err(McpError::InvalidArguments(format!(
             "server \"{}\" runs over stdio; OAuth applies only to HTTP servers",
             config.name
         ))),
@@ -346,6 +347,7 @@ pub async fn sign_in(
 ) -> Result<(Authorization, Grant), McpError> {
     let url = server_url(config)?;
     let name = &config.name;
+    crate::connection::install_tls_provider();
     let fail = |step: &str, e: AuthError| {
         McpError::Auth(format!("server \"{name}\": OAuth {step} failed: {e}"))
     };

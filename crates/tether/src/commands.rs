@@ -53,6 +53,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
                 .map_err(Failure::partial)
         }
         Command::ConformanceClient { url } => crate::conformance::run(url).await,
+        Command::Auth { action } => crate::auth::command(&servers, action, json).await,
         Command::Servers => servers_command(&servers, json, shared).await,
         Command::Tools { server, schema } => {
             let registry = start(&servers, server.as_deref(), &shared).await?;

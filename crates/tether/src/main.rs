@@ -3,6 +3,7 @@
 //! connections live in `tether-mcp`, printing in `render`, argument parsing in `arguments`.
 
 mod arguments;
+mod auth;
 mod commands;
 mod conformance;
 mod host;
@@ -81,6 +82,11 @@ enum Command {
     },
     /// Start every configured server and report status, protocol, capabilities and counts.
     Servers,
+    /// OAuth sign-in for HTTP servers: login, logout, status.
+    Auth {
+        #[command(subcommand)]
+        action: auth::AuthAction,
+    },
     /// Manage the embedded model: `pull` downloads and verifies the default model, `path`
     /// prints where it is cached.
     Model {
@@ -200,8 +206,9 @@ impl From<anyhow::Error> for Failure {
 
 fn init_logging(verbose: u8) {
     let default = match verbose {
-        // rmcp warns about every error we answer a server with; we report those ourselves.
-        0 => "warn,rmcp=error",
+        // rmcp logs every error it hands us (a 401, an error we answer a server with); we
+        // report those ourselves, once, with the fix.
+        0 => "warn,rmcp=off",
         1 => "info,rmcp=warn",
         _ => "debug",
     };
