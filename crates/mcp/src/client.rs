@@ -15,12 +15,13 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use rmcp::model::{
-    ClientCapabilities, ClientInfo, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequestParams, ElicitResult, ErrorData, Implementation, ListRootsResult,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
-    ResourceUpdatedNotificationParam,
+    ClientCapabilities, ClientInfo, ClientJsonRpcMessage, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequestParams, ElicitResult, ErrorData, Implementation,
+    JsonRpcMessage, ListRootsResult, ProgressNotificationParam, ProtocolVersion,
+    ServerJsonRpcMessage, ServerNotification,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::RequestContext;
+use rmcp::transport::Transport;
 use rmcp::{ClientHandler, RoleClient};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -185,13 +186,118 @@ pub(crate) struct StaleLists {
     pub(crate) tools: AtomicBool,
 }
 
-/// rmcp's handler for one connection: declares our capabilities and forwards everything to
-/// the host.
-pub(crate) struct ClientSession {
+/// Sees every message a server sends, in order, before rmcp dispatches it. Notifications
+/// are acted on here rather than in rmcp's handler callbacks because rmcp runs each of those
+/// in its own task: a `tools/list_changed` or a progress sent just before a result could
+/// then be handled after the caller already moved on.
+#[derive(Clone)]
+pub(crate) struct NotificationTap {
     pub(crate) server: String,
     pub(crate) host: Arc<dyn HostHandler>,
     pub(crate) progress: ProgressRoutes,
     pub(crate) stale: Arc<StaleLists>,
+}
+
+impl NotificationTap {
+    fn observe(&self, message: &ServerJsonRpcMessage) {
+        let JsonRpcMessage::Notification(notification) = message else {
+            return;
+        };
+        match &notification.notification {
+            ServerNotification::ProgressNotification(n) => self.progress(&n.params),
+            ServerNotification::LoggingMessageNotification(n) => {
+                let level = serde_json::to_value(n.params.level)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_else(|| "info".into());
+                self.host.notify(
+                    &self.server,
+                    ServerNotice::Log {
+                        level,
+                        logger: n.params.logger.clone(),
+                        data: n.params.data.clone(),
+                    },
+                );
+            }
+            ServerNotification::ToolListChangedNotification(_) => {
+                self.stale.tools.store(true, Ordering::SeqCst);
+                self.host
+                    .notify(&self.server, ServerNotice::ListChanged { what: "tools" });
+            }
+            ServerNotification::ResourceListChangedNotification(_) => {
+                self.host.notify(
+                    &self.server,
+                    ServerNotice::ListChanged { what: "resources" },
+                );
+            }
+            ServerNotification::PromptListChangedNotification(_) => {
+                self.host
+                    .notify(&self.server, ServerNotice::ListChanged { what: "prompts" });
+            }
+            ServerNotification::ResourceUpdatedNotification(n) => {
+                self.host.notify(
+                    &self.server,
+                    ServerNotice::ResourceUpdated {
+                        uri: n.params.uri.clone(),
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn progress(&self, params: &ProgressNotificationParam) {
+        // Progress only ever increases; anything not ahead of the last one is stale.
+        let key = token_key(&params.progress_token);
+        let Ok(mut routes) = self.progress.lock() else {
+            return;
+        };
+        if let Some(route) = routes.get_mut(&key)
+            && route.last.is_none_or(|last| params.progress > last)
+        {
+            route.last = Some(params.progress);
+            let _ = route.sender.send(Progress {
+                progress: params.progress,
+                total: params.total,
+                message: params.message.clone(),
+            });
+        }
+    }
+}
+
+/// A transport with a [`NotificationTap`] on its incoming side.
+pub(crate) struct Tapped<T> {
+    pub(crate) inner: T,
+    pub(crate) tap: NotificationTap,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Tapped<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        let message = self.inner.receive().await?;
+        self.tap.observe(&message);
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// rmcp's handler for one connection: declares our capabilities and answers the server's
+/// requests by asking the host.
+#[derive(Clone)]
+pub(crate) struct ClientSession {
+    pub(crate) server: String,
+    pub(crate) host: Arc<dyn HostHandler>,
     /// Sent in `initialize`.
     pub(crate) protocol_version: ProtocolVersion,
 }
@@ -276,77 +382,6 @@ impl ClientHandler for ClientSession {
             ElicitationAnswer::Cancel => json!({"action": "cancel"}),
         };
         serde_json::from_value(answer).map_err(|e| ErrorData::internal_error(e.to_string(), None))
-    }
-
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        // rmcp handles each notification in its own task, so they may arrive out of order;
-        // progress only ever increases, so anything not ahead of the last one is stale.
-        let key = token_key(&params.progress_token);
-        let Ok(mut routes) = self.progress.lock() else {
-            return;
-        };
-        if let Some(route) = routes.get_mut(&key)
-            && route.last.is_none_or(|last| params.progress > last)
-        {
-            route.last = Some(params.progress);
-            let _ = route.sender.send(Progress {
-                progress: params.progress,
-                total: params.total,
-                message: params.message,
-            });
-        }
-    }
-
-    async fn on_logging_message(
-        &self,
-        params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let level = serde_json::to_value(params.level)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_else(|| "info".into());
-        self.host.notify(
-            &self.server,
-            ServerNotice::Log {
-                level,
-                logger: params.logger,
-                data: params.data,
-            },
-        );
-    }
-
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.stale.tools.store(true, Ordering::SeqCst);
-        self.host
-            .notify(&self.server, ServerNotice::ListChanged { what: "tools" });
-    }
-
-    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.host.notify(
-            &self.server,
-            ServerNotice::ListChanged { what: "resources" },
-        );
-    }
-
-    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.host
-            .notify(&self.server, ServerNotice::ListChanged { what: "prompts" });
-    }
-
-    async fn on_resource_updated(
-        &self,
-        params: ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.host.notify(
-            &self.server,
-            ServerNotice::ResourceUpdated { uri: params.uri },
-        );
     }
 }
 

@@ -20,9 +20,9 @@ use rmcp::model::{
     ClientNotification, ClientRequest, ProtocolVersion, RequestId, ServerResult,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RunningService, ServiceError};
-use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::auth::AuthClient;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{IntoTransport, StreamableHttpClientTransport};
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -35,7 +35,8 @@ use tether_protocol::{
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::client::{
-    ClientSession, HostHandler, Progress, ProgressRoute, ProgressRoutes, StaleLists, token_key,
+    ClientSession, HostHandler, NotificationTap, Progress, ProgressRoute, ProgressRoutes,
+    StaleLists, Tapped, token_key,
 };
 use crate::config::{ServerConfig, Transport};
 use crate::error::{McpError, near_matches};
@@ -121,12 +122,16 @@ impl ServerConnection {
         let progress = ProgressRoutes::default();
         let stale = Arc::new(StaleLists::default());
         let (lifecycle, protocol_version) = lifecycle(config);
+        let tap = NotificationTap {
+            server: name.to_string(),
+            host: host.clone(),
+            progress: progress.clone(),
+            stale: stale.clone(),
+        };
         let session = ClientSession {
             protocol_version,
             server: name.to_string(),
             host,
-            progress: progress.clone(),
-            stale: stale.clone(),
         };
         let (client, process) = match &config.transport {
             Transport::Stdio {
@@ -138,7 +143,7 @@ impl ServerConnection {
                 let (process, pipes) = StdioProcess::spawn(name, command, args, env, cwd.as_ref())?;
                 let outcome = tokio::time::timeout(
                     config.startup_timeout,
-                    session.serve_with_lifecycle(pipes, lifecycle),
+                    session.serve_with_lifecycle(tapped(pipes, &tap), lifecycle),
                 )
                 .await;
                 match outcome {
@@ -182,6 +187,7 @@ impl ServerConnection {
                 }
                 let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(header_map);
+                let fallback_session = session.clone();
                 let serve = async {
                     match authorization {
                         Some(crate::auth::Authorization(manager)) => {
@@ -190,12 +196,16 @@ impl ServerConnection {
                                 client,
                                 transport_config,
                             );
-                            session.serve_with_lifecycle(transport, lifecycle).await
+                            session
+                                .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
+                                .await
                         }
                         None => {
                             let transport =
                                 StreamableHttpClientTransport::from_config(transport_config);
-                            session.serve_with_lifecycle(transport, lifecycle).await
+                            session
+                                .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
+                                .await
                         }
                     }
                 };
@@ -212,10 +222,34 @@ impl ServerConnection {
                         });
                     }
                     Ok(Err(error)) => {
-                        return Err(McpError::Unreachable {
-                            server: name.to_string(),
-                            detail: format!("cannot connect to {url}: {}", error_chain(&error)),
-                        });
+                        // The spec's backwards compatibility: a server that refuses our POST
+                        // may be an HTTP+SSE one; try that before giving up.
+                        let started_fallback = Instant::now();
+                        let remaining = config.startup_timeout.saturating_sub(started.elapsed());
+                        let fallback = tokio::time::timeout(
+                            remaining,
+                            serve_sse(fallback_session, &tap, url, headers, remaining),
+                        )
+                        .await;
+                        match fallback {
+                            Ok(Ok(client)) => {
+                                tracing::info!(
+                                    server = name,
+                                    "fell back to HTTP+SSE after {:?}",
+                                    started_fallback.elapsed()
+                                );
+                                (client, None)
+                            }
+                            _ => {
+                                return Err(McpError::Unreachable {
+                                    server: name.to_string(),
+                                    detail: format!(
+                                        "cannot connect to {url}: {}",
+                                        error_chain(&error)
+                                    ),
+                                });
+                            }
+                        }
                     }
                     Err(_) => {
                         return Err(McpError::Timeout {
@@ -227,13 +261,29 @@ impl ServerConnection {
                     }
                 }
             }
-            Transport::Sse { url, .. } => {
-                return Err(McpError::Unreachable {
-                    server: name.to_string(),
-                    detail: format!(
-                        "{url} uses the deprecated HTTP+SSE transport, which Tether does not speak yet; use the server's Streamable HTTP endpoint (\"type\": \"http\")"
-                    ),
-                });
+            Transport::Sse { url, headers } => {
+                let outcome = tokio::time::timeout(
+                    config.startup_timeout,
+                    serve_sse(session, &tap, url, headers, config.startup_timeout),
+                )
+                .await;
+                match outcome {
+                    Ok(Ok(client)) => (client, None),
+                    Ok(Err(detail)) => {
+                        return Err(McpError::Unreachable {
+                            server: name.to_string(),
+                            detail: format!("cannot connect to {url} (HTTP+SSE): {detail}"),
+                        });
+                    }
+                    Err(_) => {
+                        return Err(McpError::Timeout {
+                            server: name.to_string(),
+                            operation: format!("connecting to {url} (HTTP+SSE)"),
+                            after: config.startup_timeout,
+                            hint: None,
+                        });
+                    }
+                }
             }
         };
         let summary = summarize(&client);
@@ -553,6 +603,39 @@ impl Drop for InFlight {
             }
         }
     }
+}
+
+/// Puts `tap` on the incoming side of any transport rmcp accepts.
+fn tapped<T, E, A>(
+    transport: T,
+    tap: &NotificationTap,
+) -> Tapped<impl rmcp::transport::Transport<RoleClient, Error = E> + 'static>
+where
+    T: IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    Tapped {
+        inner: transport.into_transport(),
+        tap: tap.clone(),
+    }
+}
+
+/// Connects over the legacy HTTP+SSE transport; that era always starts with `initialize`.
+async fn serve_sse(
+    session: ClientSession,
+    tap: &NotificationTap,
+    url: &str,
+    headers: &std::collections::BTreeMap<String, String>,
+    timeout: Duration,
+) -> Result<RunningService<RoleClient, ClientSession>, String> {
+    let headers: HashMap<String, String> = headers.clone().into_iter().collect();
+    let transport = crate::sse::SseTransport::connect(url, &headers, timeout)
+        .await
+        .map_err(|e| e.to_string())?;
+    session
+        .serve_with_lifecycle(tapped(transport, tap), ClientLifecycleMode::Initialize)
+        .await
+        .map_err(|e| error_chain(&e))
 }
 
 /// The `WWW-Authenticate` challenge of a 401 or 403 somewhere in `error`'s causes.

@@ -10,6 +10,7 @@ pub mod connection;
 pub mod error;
 pub mod registry;
 pub mod router;
+pub mod sse;
 mod stdio;
 
 pub use client::{

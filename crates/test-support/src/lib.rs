@@ -112,6 +112,16 @@ impl HttpServer {
         HttpServer::spawn(command, "/mcp")
     }
 
+    /// server-everything over the legacy HTTP+SSE transport (`GET /sse`, `POST /message`).
+    pub fn everything_sse() -> HttpServer {
+        let mut command = Command::new(npm_bin("mcp-server-everything"));
+        command.arg("sse").env("PORT", "0").env(
+            "NODE_OPTIONS",
+            format!("--require {}", fixture("loopback-only.cjs").display()),
+        );
+        HttpServer::spawn(command, "/sse")
+    }
+
     /// A modern-era (2026-07-28) Python SDK server over Streamable HTTP.
     pub fn modern() -> HttpServer {
         let mut command = Command::new(venv_bin("python"));
