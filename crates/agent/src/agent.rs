@@ -335,6 +335,15 @@ impl<'a> Agent<'a> {
             if self.registry.tools_changed() {
                 self.refresh_tools(events).await;
             }
+            for (changed, update) in crate::attachments::resource_updates(self.registry).await {
+                let _ = events.send(AgentEvent::Notice {
+                    message: format!(
+                        "resource {} on server \"{}\" changed; re-read it",
+                        changed.uri, changed.server
+                    ),
+                });
+                conversation.push(update);
+            }
             let request = self.request(conversation);
             let response = match self.call_model(&request, events, cancel).await {
                 Ok(response) => response,

@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod approval;
+pub mod attachments;
 pub mod prompt_mode;
 pub mod results;
 pub mod sampling;
@@ -14,4 +15,5 @@ pub use agent::{
     ToolMode, TurnOutcome, tool_definitions,
 };
 pub use approval::{ApprovalMode, ApprovalRules, Decision, decide};
+pub use attachments::{Mention, attach_resources, resource_updates};
 pub use sampling::{answer_sampling, describe_sampling};

@@ -132,6 +132,11 @@ pub trait HostHandler: Send + Sync + 'static {
     ) -> BoxFuture<'a, ElicitationAnswer>;
     /// Shows or records a notification.
     fn notify(&self, server: &str, notice: ServerNotice);
+    /// The least severe log level the user wants from servers (`debug` … `emergency`),
+    /// asked of legacy servers with `logging/setLevel`; `None` leaves their default.
+    fn log_level(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The host of non-interactive uses (the tester commands, scripts): roots are the working
@@ -184,6 +189,8 @@ pub(crate) struct ProgressRoute {
 #[derive(Debug, Default)]
 pub(crate) struct StaleLists {
     pub(crate) tools: AtomicBool,
+    /// Subscribed resources the server said changed, not yet taken.
+    pub(crate) resources: Mutex<Vec<String>>,
 }
 
 /// Sees every message a server sends, in order, before rmcp dispatches it. Notifications
@@ -235,6 +242,11 @@ impl NotificationTap {
                     .notify(&self.server, ServerNotice::ListChanged { what: "prompts" });
             }
             ServerNotification::ResourceUpdatedNotification(n) => {
+                if let Ok(mut uris) = self.stale.resources.lock()
+                    && !uris.contains(&n.params.uri)
+                {
+                    uris.push(n.params.uri.clone());
+                }
                 self.host.notify(
                     &self.server,
                     ServerNotice::ResourceUpdated {

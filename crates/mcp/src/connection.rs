@@ -5,6 +5,10 @@
 //! The era is picked automatically: we probe `server/discover` (2026-07-28) and fall back to
 //! the `initialize` handshake (2025-11-25) when the server is legacy. Every request is bounded
 //! by the server's configured timeout.
+//!
+//! Logging and resource subscriptions are deprecated in 2026-07-28 but live on legacy
+//! servers, so this module uses rmcp's deprecated items on purpose.
+#![allow(deprecated)]
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -53,6 +57,10 @@ pub struct ServerConnection {
     progress: ProgressRoutes,
     stale: Arc<StaleLists>,
     cancellations: Cancellations,
+    /// The level modern servers are asked to log at, per request.
+    log_level: Option<rmcp::model::LoggingLevel>,
+    /// Background readers of modern `subscriptions/listen` streams; aborted on close.
+    listeners: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     startup: Duration,
     process: Option<StdioProcess>,
 }
@@ -287,6 +295,22 @@ impl ServerConnection {
             }
         };
         let summary = summarize(&client);
+        let log_level: Option<rmcp::model::LoggingLevel> = tap
+            .host
+            .log_level()
+            .and_then(|level| serde_json::from_value(Value::from(level)).ok());
+        if let Some(level) = log_level
+            && summary.era == ProtocolEra::Legacy
+            && summary.has_capability("logging")
+        {
+            // Best effort: a server that refuses still works, it just logs at its own level.
+            {
+                let set = client.set_level(rmcp::model::SetLevelRequestParams::new(level));
+                if let Err(error) = tokio::time::timeout(config.timeout, set).await {
+                    tracing::debug!(server = name, "logging/setLevel: {error}");
+                }
+            }
+        }
         Ok(ServerConnection {
             config: config.clone(),
             client,
@@ -294,6 +318,8 @@ impl ServerConnection {
             progress,
             stale,
             cancellations: Cancellations::default(),
+            listeners: Default::default(),
+            log_level,
             startup: started.elapsed(),
             process,
         })
@@ -390,9 +416,16 @@ impl ServerConnection {
     ) -> Result<Value, ServiceError> {
         let peer = self.client.peer();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
-        let handle = peer
-            .send_request_with_option(request, PeerRequestOptions::no_options())
-            .await?;
+        let mut options = PeerRequestOptions::no_options();
+        if let Some(level) = self.log_level
+            && self.summary.era == ProtocolEra::Modern
+        {
+            // 2026-07-28 has no logging/setLevel; the level travels with each request.
+            let mut meta = rmcp::model::RequestMetaObject::default();
+            meta.set_log_level(level);
+            options = options.with_meta(meta);
+        }
+        let handle = peer.send_request_with_option(request, options).await?;
         let mut guard = InFlight {
             peer: peer.clone(),
             id: Some(handle.id.clone()),
@@ -419,6 +452,74 @@ impl ServerConnection {
             }
             other => Ok(to_value(&other)),
         }
+    }
+
+    /// Asks to be told when `uri` changes (`resources/subscribe` on legacy servers, a
+    /// `subscriptions/listen` stream on modern ones); see [`take_updated`](Self::take_updated).
+    pub async fn subscribe(&self, uri: &str) -> Result<(), McpError> {
+        if !self.summary.has_capability("resources.subscribe") {
+            return Err(McpError::InvalidArguments(format!(
+                "server \"{}\" does not offer resource subscriptions",
+                self.config.name
+            )));
+        }
+        let operation = format!("subscribing to \"{uri}\"");
+        if self.summary.era == ProtocolEra::Legacy {
+            let subscribe = self
+                .client
+                .subscribe(rmcp::model::SubscribeRequestParams::new(uri));
+            return self.request(&operation, subscribe).await;
+        }
+        let filter = rmcp::model::SubscriptionFilter::builder()
+            .resource_subscription(uri)
+            .build();
+        let mut subscription = self.request(&operation, self.client.listen(filter)).await?;
+        // The tap has already seen each notification; draining keeps the stream open.
+        let drain =
+            tokio::spawn(async move { while let Ok(Some(_)) = subscription.next().await {} });
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.push(drain);
+        }
+        Ok(())
+    }
+
+    /// URIs the server said changed since the last call, oldest first, without repeats.
+    pub fn take_updated(&self) -> Vec<String> {
+        self.stale
+            .resources
+            .lock()
+            .map(|mut uris| std::mem::take(&mut *uris))
+            .unwrap_or_default()
+    }
+
+    /// Completion values for an argument of a prompt (`prompt`) or of a resource template
+    /// (`template`), given what was typed so far (`completion/complete`).
+    pub async fn complete(
+        &self,
+        target: Completion<'_>,
+        argument: &str,
+        value: &str,
+    ) -> Result<Vec<String>, McpError> {
+        let operation = format!("completing \"{argument}\"");
+        let info = match target {
+            Completion::Prompt(name) => {
+                self.request(
+                    &operation,
+                    self.client
+                        .complete_prompt_argument(name, argument, value, None),
+                )
+                .await?
+            }
+            Completion::Template(template) => {
+                self.request(
+                    &operation,
+                    self.client
+                        .complete_resource_argument(template, argument, value, None),
+                )
+                .await?
+            }
+        };
+        Ok(info.values)
     }
 
     /// Its resources (all pages).
@@ -482,9 +583,26 @@ impl ServerConnection {
             &operation,
             serde_json::json!({ "name": name, "arguments": arguments }),
         )?;
-        let result = self
+        let result = match self
             .request(&operation, self.client.get_prompt(params))
-            .await?;
+            .await
+        {
+            Ok(result) => result,
+            Err(error @ McpError::Rpc { .. }) => {
+                // Servers word "no such prompt" differently; name it the same way for all.
+                let prompts = self.list_prompts().await.unwrap_or_default();
+                if prompts.is_empty() || prompts.iter().any(|p| p.name == name) {
+                    return Err(error);
+                }
+                return Err(McpError::UnknownItem {
+                    server: self.config.name.clone(),
+                    what: "prompt",
+                    name: name.to_string(),
+                    suggestions: near_matches(name, prompts.iter().map(|p| p.name.as_str())),
+                });
+            }
+            Err(error) => return Err(error),
+        };
         self.convert(&operation, result)
     }
 
@@ -494,8 +612,12 @@ impl ServerConnection {
             client,
             process,
             cancellations,
+            listeners,
             ..
         } = self;
+        if let Ok(listeners) = listeners.lock() {
+            listeners.iter().for_each(tokio::task::JoinHandle::abort);
+        }
         // Cancellations of abandoned calls are delivered before the connection goes, so the
         // server stops their work.
         let pending: Vec<_> = cancellations
@@ -566,6 +688,15 @@ impl ServerConnection {
                 ),
             })
     }
+}
+
+/// What an argument completion is for.
+#[derive(Debug, Clone, Copy)]
+pub enum Completion<'a> {
+    /// An argument of the named prompt.
+    Prompt(&'a str),
+    /// A variable of the resource template with this URI template.
+    Template(&'a str),
 }
 
 /// A call in flight: unregisters its progress route when done and, if abandoned before the

@@ -17,7 +17,7 @@ pub use client::{
     ElicitationAnswer, ElicitationRequest, HeadlessHost, HostHandler, Progress, Root, ServerNotice,
 };
 pub use config::{Config, SamplingPolicy, ServerConfig, Transport};
-pub use connection::ServerConnection;
+pub use connection::{Completion, ServerConnection};
 pub use error::{ErrorClass, McpError};
 pub use registry::{ServerEntry, ServerRegistry, ServerState};
 pub use router::ToolRouter;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use futures::future::join_all;
 use serde_json::{Value, json};
 use tether_mcp::config::{adhoc_stdio, adhoc_url};
-use tether_mcp::{Config, HostHandler, McpError, Root, ServerConfig, ServerRegistry, ServerState};
+use tether_mcp::{
+    Completion, Config, HostHandler, McpError, Root, ServerConfig, ServerRegistry, ServerState,
+};
 
 use crate::host::{LOG_LEVELS, TerminalHost};
 
@@ -76,6 +78,40 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
         Command::Read { server, uri } => {
             let registry = start(&servers, Some(&server), &shared).await?;
             let outcome = read_command(&registry, &server, &uri, json).await;
+            registry.shutdown().await;
+            outcome
+        }
+        Command::Complete {
+            server,
+            prompt,
+            template,
+            argument,
+            value,
+        } => {
+            let registry = start(&servers, Some(&server), &shared).await?;
+            let target = match (&prompt, &template) {
+                (Some(prompt), _) => Completion::Prompt(prompt),
+                (None, Some(template)) => Completion::Template(template),
+                (None, None) => {
+                    return Err(Failure::usage(
+                        "pass --prompt NAME or --template URI_TEMPLATE",
+                    ));
+                }
+            };
+            let outcome = async {
+                single_failure(&registry, &server)?;
+                let values = registry
+                    .connection(&server)?
+                    .complete(target, &argument, &value)
+                    .await?;
+                if json {
+                    render::print_json(&json!(values));
+                } else {
+                    values.iter().for_each(|v| println!("{v}"));
+                }
+                Ok(())
+            }
+            .await;
             registry.shutdown().await;
             outcome
         }
@@ -401,19 +437,6 @@ async fn prompt_command(
     let connection = registry.connection(server)?;
     let arguments = crate::arguments::prompt_arguments(words)
         .map_err(|e| Failure::usage(format!("server \"{server}\": prompt \"{name}\": {e}")))?;
-    let prompts = connection.list_prompts().await?;
-    if !prompts.iter().any(|p| p.name == name) {
-        return Err(McpError::UnknownItem {
-            server: server.to_string(),
-            what: "prompt",
-            name: name.to_string(),
-            suggestions: tether_mcp::error::near_matches(
-                name,
-                prompts.iter().map(|p| p.name.as_str()),
-            ),
-        }
-        .into());
-    }
     let result = connection.get_prompt(name, arguments).await?;
     if json {
         render::print_json(&json!(result));

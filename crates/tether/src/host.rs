@@ -218,6 +218,10 @@ impl HostHandler for TerminalHost {
         })
     }
 
+    fn log_level(&self) -> Option<String> {
+        LOG_LEVELS.get(self.log_level).map(|l| l.to_string())
+    }
+
     fn notify(&self, server: &str, notice: ServerNotice) {
         let message = match notice {
             ServerNotice::Log {

@@ -133,6 +133,26 @@ enum Command {
         /// Resource URI.
         uri: String,
     },
+    /// Complete an argument of a prompt or a resource template (`completion/complete`).
+    Complete {
+        /// Server name.
+        server: String,
+        /// The prompt whose argument to complete.
+        #[arg(
+            long,
+            conflicts_with = "template",
+            required_unless_present = "template"
+        )]
+        prompt: Option<String>,
+        /// The resource template (its URI template) whose variable to complete.
+        #[arg(long)]
+        template: Option<String>,
+        /// The argument (or template variable) name.
+        argument: String,
+        /// What is typed so far.
+        #[arg(default_value = "")]
+        value: String,
+    },
     /// List prompts and their arguments.
     Prompts {
         /// Only this server.

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use tether_agent::{
     Agent, AgentError, AgentEvent, AgentOptions, ApprovalMode, ApprovalRequest, ApprovalRules,
-    Approver, NonInteractive, ToolMode, TurnOutcome,
+    Approver, NonInteractive, ToolMode, TurnOutcome, attach_resources,
 };
 use tether_llm::{LlmError, Provider, ProviderOptions, provider_for};
 use tether_mcp::{ServerConfig, ServerRegistry};
@@ -417,6 +417,14 @@ pub async fn run(
 
     let cancel = CancellationToken::new();
     watch_ctrl_c(Arc::new(Mutex::new(cancel.clone())));
+    let question = match attach_resources(&registry, &question).await {
+        Ok((text, _)) => text,
+        Err(error) => {
+            drop(agent);
+            registry.shutdown().await;
+            return Err(error.into());
+        }
+    };
     let mut conversation = vec![Message::user(question)];
     let outcome = agent.run_turn(&mut conversation, &events, &cancel).await;
     drop(agent);
@@ -472,6 +480,39 @@ fn finish(
             Err(model_failure(&error))
         }
     }
+}
+
+/// `/prompt SERVER NAME key=value…`: the server's prompt as conversation messages.
+async fn expand_prompt(registry: &ServerRegistry, rest: &str) -> Result<Vec<Message>, String> {
+    let words = shlex::split(rest.trim())
+        .ok_or("/prompt: unbalanced quotes; use /prompt SERVER NAME key=value …")?;
+    let [server, name, pairs @ ..] = words.as_slice() else {
+        return Err(
+            "/prompt needs a server and a prompt name: /prompt SERVER NAME key=value …".into(),
+        );
+    };
+    let connection = registry.connection(server).map_err(|e| e.to_string())?;
+    let arguments = crate::arguments::prompt_arguments(pairs)
+        .map_err(|e| format!("/prompt {server} {name}: {e}"))?;
+    let result = connection
+        .get_prompt(name, arguments)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(result
+        .messages
+        .into_iter()
+        .map(|m| {
+            let block = tether_protocol::ToolResult {
+                content: vec![m.content],
+                ..Default::default()
+            };
+            let (text, _) = tether_agent::results::result_for_model(&block, usize::MAX, false);
+            match m.role {
+                tether_protocol::Role::Assistant => Message::assistant(text),
+                tether_protocol::Role::User => Message::user(text),
+            }
+        })
+        .collect())
 }
 
 /// `tether chat`: a line-based conversation; `/quit` or end of input leaves.
@@ -533,11 +574,32 @@ pub async fn chat(
         if line == "/quit" || line == "/exit" {
             break;
         }
+        let turn_input = if let Some(rest) = line.strip_prefix("/prompt") {
+            match expand_prompt(&registry, rest).await {
+                Ok(messages) => messages,
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    continue;
+                }
+            }
+        } else {
+            match attach_resources(&registry, line).await {
+                Ok((text, _)) => vec![Message::user(text)],
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    continue;
+                }
+            }
+        };
         let cancel = CancellationToken::new();
         if let Ok(mut slot) = current.lock() {
             *slot = cancel.clone();
         }
-        conversation.push(Message::user(line));
+        let answer_needed = matches!(turn_input.last(), Some(Message::User { .. }));
+        conversation.extend(turn_input);
+        if !answer_needed {
+            continue;
+        }
         let (events, renderer) = spawn_renderer(false);
         if let Ok(mut slot) = host.events.lock() {
             *slot = Some(events.clone());

@@ -626,3 +626,169 @@ fn ctrl_c_during_a_call_cancels_it_on_the_server() {
     let log = std::fs::read_to_string(dir.join("cancelled")).expect("the server was told");
     assert!(log.contains("requestId"), "{log}");
 }
+
+#[test]
+fn a_mentioned_resource_is_attached_watched_and_re_read_when_it_changes() {
+    for via in [Via::Stdio, Via::Sse(HttpServer::everything_sse())] {
+        let dir = workdir(&format!("resources-{}", via.name().replace(' ', "-")));
+        let config = everything_config_via(&dir, &via, json!({}));
+        let model = ScriptedModel::start(
+            Wire::OpenAi,
+            vec![
+                Reply::call("c1", "everything__toggle-subscriber-updates", "{}"),
+                Reply::text("I will keep an eye on it."),
+            ],
+        );
+        let base = model.base_url();
+        let uri = "demo://resource/static/document/architecture.md";
+        let output = tether(
+            &dir,
+            &[
+                "--config",
+                config.to_str().unwrap(),
+                "run",
+                "--json",
+                "--approve",
+                "auto",
+                "--model",
+                "openai:scripted",
+                "--base-url",
+                &base,
+                &format!("Watch @everything:{uri} for me."),
+            ],
+        );
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+        let requests = model.requests();
+        let first = requests[0].body["messages"].to_string();
+        assert!(
+            first.contains(&format!(
+                r#"<resource server=\"everything\" uri=\"{uri}\">"#
+            )),
+            "{}: the resource is attached: {first}",
+            via.name()
+        );
+        assert!(first.contains("# Everything Server"), "{first}");
+        // Turning updates on makes the server report the subscribed resource changed; the
+        // next model request carries it re-read.
+        let second = requests[1].body["messages"].as_array().unwrap();
+        let update = second.last().unwrap();
+        assert_eq!(update["role"], "user");
+        let update = update["content"].as_str().unwrap();
+        assert!(
+            update.starts_with(&format!(
+                "[update] The resource {uri} on server \"everything\" changed."
+            )),
+            "{}: {update}",
+            via.name()
+        );
+        assert!(update.contains("# Everything Server"));
+    }
+}
+
+#[test]
+fn an_unknown_mentioned_resource_is_a_clear_error() {
+    let dir = workdir("resource-missing");
+    let everything = everything_stdio();
+    let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("unused")]);
+    let base = model.base_url();
+    let output = tether(
+        &dir,
+        &[
+            "--stdio",
+            &everything,
+            "run",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+            "Read @everything:demo://nothing/here please",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("server \"everything\"") && stderr.contains("demo://nothing/here"),
+        "{stderr}"
+    );
+    assert!(model.requests().is_empty(), "nothing was sent to the model");
+}
+
+#[test]
+fn completion_and_prompts_in_chat() {
+    let dir = workdir("completion");
+    let everything = everything_stdio();
+    let completed = tether(
+        &dir,
+        &[
+            "--stdio",
+            &everything,
+            "complete",
+            "everything",
+            "--prompt",
+            "completable-prompt",
+            "department",
+            "Eng",
+        ],
+    );
+    assert_eq!(text(&completed.stdout).trim(), "Engineering");
+    let template = tether(
+        &dir,
+        &[
+            "--stdio",
+            &everything,
+            "--json",
+            "complete",
+            "everything",
+            "--template",
+            "demo://resource/dynamic/text/{resourceId}",
+            "resourceId",
+            "1",
+        ],
+    );
+    let values: Value = serde_json::from_slice(&template.stdout).unwrap();
+    assert!(values.as_array().unwrap().contains(&json!("1")), "{values}");
+
+    // `/prompt` in chat expands the server's prompt into the conversation and answers it.
+    let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("Paris is lovely.")]);
+    let base = model.base_url();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "--stdio",
+            &everything,
+            "chat",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"/prompt everything nope\n/prompt everything args-prompt city=Paris\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("unknown prompt \"nope\""),
+        "a typo is reported and the chat goes on: {stderr}"
+    );
+    assert!(text(&output.stdout).contains("Paris is lovely."));
+    let request = &model.requests()[0].body;
+    let user = request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "user")
+        .unwrap();
+    assert!(
+        user["content"].as_str().unwrap().contains("Paris"),
+        "{user}"
+    );
+}
