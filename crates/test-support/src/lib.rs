@@ -112,6 +112,25 @@ impl HttpServer {
         HttpServer::spawn(command, "/mcp")
     }
 
+    /// The Python SDK server on a given port (to restart it in place).
+    pub fn modern_on(port: u16) -> HttpServer {
+        let mut command = Command::new(venv_bin("python"));
+        command
+            .arg(fixture("modern_http_server.py"))
+            .env("PORT", port.to_string());
+        HttpServer::spawn(command, "/mcp")
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_default()
+    }
+
     /// server-everything over the legacy HTTP+SSE transport (`GET /sse`, `POST /message`).
     pub fn everything_sse() -> HttpServer {
         let mut command = Command::new(npm_bin("mcp-server-everything"));

@@ -457,32 +457,16 @@ fn elicitation_is_declined_without_a_terminal_and_filled_in_with_one() {
         text(&declined.stdout)
     );
 
-    // In a pseudo-terminal (util-linux `script`): accept, type the required name, agree,
-    // and press Enter for every other field so the schema's defaults apply.
-    let command = format!(
-        "{} --stdio '{everything}' call everything trigger-elicitation-request",
-        env!("CARGO_BIN_EXE_tether")
-    );
-    let mut child = Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
-        .current_dir(&dir)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("script(1) from util-linux is installed");
+    // In a pseudo-terminal: accept, type the required name, agree, and press Enter for
+    // every other field so the schema's defaults apply.
     let mut answers = String::from("y\nAda Lovelace\nyes\n");
     answers.push_str(&"\n".repeat(11));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(answers.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    let screen = text(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{screen}");
+    let (code, screen) = in_terminal(
+        &dir,
+        &format!("--stdio '{everything}' call everything trigger-elicitation-request"),
+        &answers,
+    );
+    assert_eq!(code, Some(0), "{screen}");
     assert!(
         screen.contains("server \"everything\" asks: Please provide inputs"),
         "{screen}"
@@ -497,6 +481,110 @@ fn elicitation_is_declined_without_a_terminal_and_filled_in_with_one() {
     ] {
         assert!(screen.contains(expected), "missing {expected}:\n{screen}");
     }
+}
+
+/// Runs `tether ARGS` in a pseudo-terminal (util-linux `script`) with `input` typed in, and
+/// returns its exit code and everything it showed.
+fn in_terminal(dir: &Path, args: &str, input: &str) -> (Option<i32>, String) {
+    let command = format!("{} {args}", env!("CARGO_BIN_EXE_tether"));
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux is installed");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    (output.status.code(), text(&output.stdout))
+}
+
+#[test]
+fn url_elicitation_is_shown_never_opened_and_sampling_asks_twice_in_a_terminal() {
+    let dir = workdir("terminal-consent");
+    let everything = everything_stdio();
+    let (code, screen) = in_terminal(
+        &dir,
+        &format!(
+            "--stdio '{everything}' call everything trigger-url-elicitation url=https://example.com/connect message=Connect elicitationId=e1"
+        ),
+        "y\n",
+    );
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(
+        screen.contains("asks you to visit a URL: Connect"),
+        "{screen}"
+    );
+    assert!(screen.contains("https://example.com/connect"));
+    assert!(screen.contains("Tether does not open it"));
+    assert!(screen.contains("accept"), "{screen}");
+
+    // Sampling with the default policy ("ask"): the request is shown and approved, then the
+    // draft answer is shown and approved.
+    let config = everything_config(&dir, json!({}));
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call(
+                "c1",
+                "everything__trigger-sampling-request",
+                r#"{"prompt": "Name a colour", "maxTokens": 10}"#,
+            ),
+            Reply::text("Teal"),
+            Reply::text("The server got: Teal"),
+        ],
+    );
+    let (code, screen) = in_terminal(
+        &dir,
+        &format!(
+            "--config {} run --approve auto --model openai:scripted --base-url {} 'sample please'",
+            config.display(),
+            model.base_url()
+        ),
+        "y\ny\n",
+    );
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(
+        screen.contains("server \"everything\" asks to use the model"),
+        "{screen}"
+    );
+    assert!(screen.contains("Name a colour"));
+    assert!(screen.contains("draft answer for \"everything\""));
+    assert!(screen.contains("Teal"));
+    assert!(screen.contains("The server got: Teal"));
+    assert_eq!(model.requests().len(), 3);
+}
+
+#[test]
+fn a_modern_server_asks_for_roots_in_a_multi_round_trip_call() {
+    let server = HttpServer::modern();
+    let dir = workdir("mrtr");
+    let url = format!("modern={}", server.url);
+    let output = tether(
+        &dir,
+        &[
+            "--url",
+            &url,
+            "--root",
+            "/srv/beta",
+            "call",
+            "modern",
+            "where",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stdout).contains("roots: file:///srv/beta"),
+        "{}",
+        text(&output.stdout)
+    );
 }
 
 /// A config with the fixture server in `mode`, logging cancellations to `dir/cancelled`.
@@ -790,5 +878,82 @@ fn completion_and_prompts_in_chat() {
     assert!(
         user["content"].as_str().unwrap().contains("Paris"),
         "{user}"
+    );
+}
+
+#[test]
+fn a_restarted_http_server_gets_a_new_session_transparently() {
+    use std::io::{BufRead, BufReader};
+    // The Python SDK server, held to the 2025-11-25 era, which has sessions; restarting it
+    // forgets them, and it answers the old session id with 404 as the spec says.
+    let server = HttpServer::modern();
+    let port = server.port();
+    let dir = workdir("session-expiry");
+    let config = dir.join("tether.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"py": {"url": server.url, "protocolVersion": "2025-11-25"}}})
+            .to_string(),
+    )
+    .unwrap();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "py__add", r#"{"a": 1, "b": 2}"#),
+            Reply::text("first answer"),
+            Reply::call("c2", "py__add", r#"{"a": 3, "b": 4}"#),
+            Reply::text("second answer"),
+        ],
+    );
+    let base = model.base_url();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "--timeout",
+            "20",
+            "chat",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    stdin.write_all(b"add one and two\n").unwrap();
+    let first = stdout
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("first answer"));
+    assert!(first.is_some());
+    drop(server);
+    let _restarted = HttpServer::modern_on(port);
+    stdin.write_all(b"add three and four\n").unwrap();
+    drop(stdin);
+    let rest: Vec<String> = stdout.map_while(Result::ok).collect();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        rest.iter().any(|l| l.contains("second answer")),
+        "{rest:?}\n{}",
+        text(&output.stderr)
+    );
+    let tool_result = model.requests()[3].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        tool_result["content"], "7",
+        "the call after the restart reached the new server"
     );
 }
