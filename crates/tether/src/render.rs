@@ -381,6 +381,12 @@ impl ProgressBar {
     }
 }
 
+impl Drop for ProgressBar {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
 /// `label [#####.....] 50% (5/10) message`, or `label 5 message` without a total.
 pub fn progress_line(
     label: &str,

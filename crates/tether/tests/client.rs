@@ -957,3 +957,59 @@ fn a_restarted_http_server_gets_a_new_session_transparently() {
         "the call after the restart reached the new server"
     );
 }
+
+#[test]
+fn in_a_terminal_a_long_call_shows_a_live_progress_bar_and_ctrl_c_stops_it() {
+    use std::io::Read;
+    let dir = workdir("terminal-progress");
+    let everything = everything_stdio();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![Reply::call(
+            "c1",
+            "everything__trigger-long-running-operation",
+            r#"{"duration": 60, "steps": 60}"#,
+        )],
+    );
+    let command = format!(
+        "{} --stdio '{everything}' run --approve auto --model openai:scripted --base-url {} 'run the long operation'",
+        env!("CARGO_BIN_EXE_tether"),
+        model.base_url()
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(&dir)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script(1) from util-linux is installed");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    // Read the screen until the bar has moved twice, redrawn in place.
+    let mut screen = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&screen).contains("(2/60)") {
+        let read = stdout.read(&mut buffer).unwrap();
+        assert!(read > 0, "{}", String::from_utf8_lossy(&screen));
+        screen.extend_from_slice(&buffer[..read]);
+    }
+    let started = std::time::Instant::now();
+    // Ctrl-C, typed: the terminal turns it into SIGINT for Tether.
+    stdin.write_all(b"\x03").unwrap();
+    stdout.read_to_end(&mut screen).unwrap();
+    let status = child.wait().unwrap();
+    let screen = String::from_utf8_lossy(&screen);
+    assert!(
+        screen.contains("\r\x1b[2Keverything__trigger-long-running-operation [")
+            && screen.contains("(1/60)"),
+        "the bar is redrawn in place: {screen:?}"
+    );
+    assert!(
+        screen.contains("(2/60)^C\r\x1b[2Kerror: cancelled"),
+        "the bar is cleared before the message: {screen:?}"
+    );
+    assert_eq!(status.code(), Some(130));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
