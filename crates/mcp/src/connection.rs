@@ -483,6 +483,20 @@ impl ServerConnection {
         Ok(())
     }
 
+    /// Tells a legacy server the host's roots changed (`notifications/roots/list_changed`);
+    /// it will ask for them again. Modern servers ask with each request, so there is nothing
+    /// to send.
+    pub async fn roots_changed(&self) -> Result<(), McpError> {
+        if self.summary.era == ProtocolEra::Modern {
+            return Ok(());
+        }
+        self.request(
+            "roots/list_changed",
+            self.client.notify_roots_list_changed(),
+        )
+        .await
+    }
+
     /// URIs the server said changed since the last call, oldest first, without repeats.
     pub fn take_updated(&self) -> Vec<String> {
         self.stale

@@ -157,6 +157,15 @@ impl ServerRegistry {
         self.connections().any(ServerConnection::tools_changed)
     }
 
+    /// Tells every connected server that the host's roots changed.
+    pub async fn roots_changed(&self) -> Vec<McpError> {
+        join_all(self.connections().map(ServerConnection::roots_changed))
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .collect()
+    }
+
     /// Closes every connection concurrently.
     pub async fn shutdown(self) {
         join_all(self.entries.into_iter().filter_map(|e| match e.state {

@@ -57,8 +57,8 @@ pub struct TerminalHost {
     pub provider: Option<Arc<dyn Provider>>,
     /// Each server's sampling policy.
     pub sampling: HashMap<String, SamplingPolicy>,
-    /// Roots offered to servers.
-    pub roots: Vec<Root>,
+    /// Roots offered to servers; `/root` in chat changes them.
+    pub roots: Mutex<Vec<Root>>,
     /// Least severe log level shown (index into [`LOG_LEVELS`]).
     pub log_level: usize,
     /// Where events go while a renderer runs; stderr otherwise.
@@ -83,7 +83,7 @@ impl TerminalHost {
                 .iter()
                 .map(|s| (s.name.clone(), s.sampling))
                 .collect(),
-            roots,
+            roots: Mutex::new(roots),
             log_level,
             events: Mutex::new(None),
         }
@@ -181,7 +181,7 @@ impl TerminalHost {
 
 impl HostHandler for TerminalHost {
     fn roots(&self) -> Vec<Root> {
-        self.roots.clone()
+        self.roots.lock().map(|r| r.clone()).unwrap_or_default()
     }
 
     fn sample<'a>(

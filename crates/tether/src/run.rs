@@ -574,6 +574,21 @@ pub async fn chat(
         if line == "/quit" || line == "/exit" {
             break;
         }
+        if let Some(dir) = line.strip_prefix("/root ") {
+            match std::path::absolute(dir.trim()) {
+                Ok(dir) => {
+                    if let Ok(mut roots) = host.roots.lock() {
+                        roots.push(tether_mcp::Root::directory(&dir));
+                    }
+                    for error in registry.roots_changed().await {
+                        eprintln!("warning: {error}");
+                    }
+                    eprintln!("added root {}", dir.display());
+                }
+                Err(error) => eprintln!("error: /root {dir}: {error}"),
+            }
+            continue;
+        }
         let turn_input = if let Some(rest) = line.strip_prefix("/prompt") {
             match expand_prompt(&registry, rest).await {
                 Ok(messages) => messages,

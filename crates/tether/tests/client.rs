@@ -1013,3 +1013,135 @@ fn in_a_terminal_a_long_call_shows_a_live_progress_bar_and_ctrl_c_stops_it() {
     assert_eq!(status.code(), Some(130));
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
+
+#[test]
+fn a_root_added_in_chat_is_announced_and_the_server_asks_again() {
+    use std::io::{BufRead, BufReader};
+    let dir = workdir("roots-changed");
+    let everything = everything_stdio();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "everything__get-roots-list", "{}"),
+            Reply::text("Two roots."),
+        ],
+    );
+    let base = model.base_url();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "--stdio",
+            &everything,
+            "chat",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    stdin.write_all(b"/root /srv/gamma\n").unwrap();
+    // The server logs when it has fetched the roots again: wait for that, not for a time.
+    let refreshed = stderr
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("Roots updated: 2 root(s)"));
+    assert!(refreshed.is_some());
+    stdin.write_all(b"which roots do you see?\n").unwrap();
+    drop(stdin);
+    let _rest: Vec<String> = stderr.map_while(Result::ok).collect();
+    child.wait().unwrap();
+    let tool = model.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
+    let content = tool["content"].as_str().unwrap();
+    assert!(content.contains("file:///srv/gamma"), "{content}");
+    assert!(
+        content.contains(&format!("file://{}", dir.display())),
+        "{content}"
+    );
+}
+
+#[test]
+fn a_modern_server_elicits_and_samples_with_tools_in_multi_round_trip_calls() {
+    let server = HttpServer::modern();
+    let dir = workdir("mrtr-elicit-sample");
+    let url = format!("modern={}", server.url);
+    let declined = tether(&dir, &["--url", &url, "call", "modern", "greet"]);
+    assert!(
+        text(&declined.stdout).contains("no name: decline"),
+        "{}",
+        text(&declined.stdout)
+    );
+    let (code, screen) = in_terminal(
+        &dir,
+        &format!("--url {url} call modern greet"),
+        "y\nGrace\n",
+    );
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("What is your name?"), "{screen}");
+    assert!(screen.contains("Hello, Grace!"), "{screen}");
+
+    // Sampling with tools: the server offers the model a tool inside its sampling request,
+    // and the model's tool use goes back to the server as a `tool_use` block.
+    let config = dir.join("tether.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"modern": {"url": server.url, "sampling": "allow"}}}).to_string(),
+    )
+    .unwrap();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "modern__forecast", r#"{"city": "Paris"}"#),
+            Reply::call("s1", "get_weather", r#"{"city": "Paris"}"#),
+            Reply::text("The server saw the tool use."),
+        ],
+    );
+    let base = model.base_url();
+    let output = tether(
+        &dir,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+            "forecast for Paris",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let requests = model.requests();
+    let sampling = &requests[1].body;
+    assert_eq!(sampling["tools"][0]["function"]["name"], "get_weather");
+    assert_eq!(sampling["messages"][0]["content"], "Weather in Paris?");
+    let tool = requests[2].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
+    assert!(
+        tool["content"]
+            .as_str()
+            .unwrap()
+            .contains("tool_use get_weather {'city': 'Paris'}"),
+        "{tool}"
+    );
+}
