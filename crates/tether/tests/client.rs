@@ -457,16 +457,27 @@ fn elicitation_is_declined_without_a_terminal_and_filled_in_with_one() {
         text(&declined.stdout)
     );
 
-    // In a pseudo-terminal: accept, type the required name, agree, and press Enter for
-    // every other field so the schema's defaults apply.
+    // In a pseudo-terminal, over each transport: accept, type the required name, agree, and
+    // press Enter for every other field so the schema's defaults apply.
     let mut answers = String::from("y\nAda Lovelace\nyes\n");
     answers.push_str(&"\n".repeat(11));
-    let (code, screen) = in_terminal(
-        &dir,
-        &format!("--stdio '{everything}' call everything trigger-elicitation-request"),
-        &answers,
-    );
-    assert_eq!(code, Some(0), "{screen}");
+    for via in Via::all() {
+        let config = everything_config_via(&dir, &via, json!({}));
+        let (code, screen) = in_terminal(
+            &dir,
+            &format!(
+                "--config {} call everything trigger-elicitation-request",
+                config.display()
+            ),
+            &answers,
+        );
+        assert_eq!(code, Some(0), "{}: {screen}", via.name());
+        filled_form(&screen);
+    }
+}
+
+/// Checks the everything server's report of the form filled in with defaults.
+fn filled_form(screen: &str) {
     assert!(
         screen.contains("server \"everything\" asks: Please provide inputs"),
         "{screen}"
