@@ -135,6 +135,11 @@ pub enum AgentEvent {
         /// Counts.
         usage: Usage,
     },
+    /// A message was added to the conversation (for front ends that save it as it happens).
+    MessageAdded {
+        /// The message.
+        message: Message,
+    },
     /// Something the user should know (a retry, a mode switch).
     Notice {
         /// One line.
@@ -342,7 +347,7 @@ impl<'a> Agent<'a> {
                         changed.uri, changed.server
                     ),
                 });
-                conversation.push(update);
+                record(conversation, update, events);
             }
             let request = self.request(conversation);
             let response = match self.call_model(&request, events, cancel).await {
@@ -387,7 +392,11 @@ impl<'a> Agent<'a> {
                         text: response.text.clone(),
                     });
                 }
-                conversation.push(Message::assistant(response.text.clone()));
+                record(
+                    conversation,
+                    Message::assistant(response.text.clone()),
+                    events,
+                );
                 return Ok(TurnOutcome {
                     text: response.text,
                     steps: step,
@@ -395,10 +404,14 @@ impl<'a> Agent<'a> {
                     stopped: None,
                 });
             }
-            conversation.push(Message::Assistant {
-                content: response.text.clone(),
-                tool_calls: calls.clone(),
-            });
+            record(
+                conversation,
+                Message::Assistant {
+                    content: response.text.clone(),
+                    tool_calls: calls.clone(),
+                },
+                events,
+            );
 
             let checked = self.check_calls(calls, events).await;
             let results = tokio::select! {
@@ -426,7 +439,7 @@ impl<'a> Agent<'a> {
                         ));
                     }
                 }
-                conversation.push(message);
+                record(conversation, message, events);
             }
             if let Some(reason) = repeated {
                 return Ok(TurnOutcome {
@@ -692,6 +705,14 @@ impl<'a> Agent<'a> {
         let images_ok = self.provider.accepts_tool_images() && !self.prompt_mode;
         result_for_model(result, self.options.max_result_chars, images_ok)
     }
+}
+
+/// Adds a message to the conversation and tells the front end, which may persist it.
+fn record(conversation: &mut Vec<Message>, message: Message, events: &UnboundedSender<AgentEvent>) {
+    let _ = events.send(AgentEvent::MessageAdded {
+        message: message.clone(),
+    });
+    conversation.push(message);
 }
 
 /// The router's tools as offered to a model: qualified name, title and description, schema.

@@ -40,10 +40,15 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
             let host = host(&servers);
             crate::run::run(servers, settings, model, question, json, host).await
         }
-        Command::Chat { model } => {
+        Command::Chat { model, resume } => {
             let servers = with_builtin(servers)?;
             let host = host(&servers);
-            crate::run::chat(servers, settings, model, host).await
+            let resume = resume.map(|id| Some(id).filter(|id| !id.is_empty()));
+            crate::chat::chat(servers, settings, model, host, resume).await
+        }
+        Command::Sessions { action } => {
+            let export = action.map(|crate::SessionsAction::Export { id }| id);
+            crate::chat::sessions_command(export, json)
         }
         Command::Model { action } => crate::run::model_command(&action).await,
         Command::BuiltinServer => {

@@ -4,11 +4,13 @@
 
 mod arguments;
 mod auth;
+mod chat;
 mod commands;
 mod conformance;
 mod host;
 mod render;
 mod run;
+mod session;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,8 +32,9 @@ mod exit {
 struct Cli {
     #[command(flatten)]
     global: GlobalArgs,
+    /// With none, `chat` when in a terminal.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 /// Options every command accepts.
@@ -75,10 +78,18 @@ enum Command {
         #[command(flatten)]
         model: run::ModelArgs,
     },
-    /// A line-based conversation with a model and the servers' tools.
+    /// A conversation with a model and the servers' tools, saved as it goes.
     Chat {
         #[command(flatten)]
         model: run::ModelArgs,
+        /// Continue a saved session: the latest, or the one with this id (or name).
+        #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
+        resume: Option<String>,
+    },
+    /// Saved chat sessions: list them (id, date, model, turns, first line), or export one.
+    Sessions {
+        #[command(subcommand)]
+        action: Option<SessionsAction>,
     },
     /// Start every configured server and report status, protocol, capabilities and counts.
     Servers,
@@ -166,6 +177,16 @@ enum Command {
         name: String,
         /// key=value arguments.
         args: Vec<String>,
+    },
+}
+
+/// `tether sessions …`.
+#[derive(Debug, Subcommand)]
+enum SessionsAction {
+    /// Print one session as Markdown (or JSON with --json).
+    Export {
+        /// Session id (a unique prefix) or name.
+        id: String,
     },
 }
 
@@ -273,7 +294,20 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    let outcome = runtime.block_on(commands::run(cli.global, cli.command));
+    let command = match cli.command {
+        Some(command) => command,
+        None if std::io::IsTerminal::is_terminal(&std::io::stdin()) => Command::Chat {
+            model: run::ModelArgs::default(),
+            resume: None,
+        },
+        None => {
+            eprintln!(
+                "error: no command; `tether --help` lists them (plain `tether` starts a chat only in a terminal)"
+            );
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    let outcome = runtime.block_on(commands::run(cli.global, command));
     // Children are killed on drop; don't wait for stray background tasks.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match outcome {

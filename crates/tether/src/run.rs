@@ -2,7 +2,7 @@
 //! drive the agent loop, and render its events as text (or JSON lines). Ctrl-C cancels the
 //! running turn and its tool calls, not the program.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Failure;
 use crate::host::{TerminalHost, ask};
 use crate::render::ProgressBar;
+use crate::session::{Record, SessionLog};
 
 /// Flags of `run` and `chat`.
 #[derive(Debug, Clone, clap::Args)]
@@ -50,6 +51,21 @@ pub struct ModelArgs {
     pub no_grammar: bool,
 }
 
+impl Default for ModelArgs {
+    /// The same values as the flags' defaults (for plain `tether`, which starts a chat).
+    fn default() -> ModelArgs {
+        ModelArgs {
+            model: None,
+            base_url: None,
+            tool_mode: ToolModeArg::Auto,
+            max_steps: 20,
+            approve: ApproveArg::Ask,
+            system_prompt: None,
+            no_grammar: false,
+        }
+    }
+}
+
 /// `--tool-mode`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum ToolModeArg {
@@ -77,12 +93,17 @@ const EXIT_STOPPED: u8 = 4;
 /// Exit code after Ctrl-C, as shells expect.
 const EXIT_CANCELLED: u8 = 130;
 
-struct Setup {
-    provider: Box<dyn Provider>,
-    options: AgentOptions,
+pub(crate) struct Setup {
+    pub(crate) provider: Box<dyn Provider>,
+    pub(crate) options: AgentOptions,
+    /// The `provider:model` it was built from.
+    pub(crate) spec: String,
 }
 
-async fn setup(args: &ModelArgs, settings: &Map<String, Value>) -> Result<Setup, Failure> {
+pub(crate) async fn setup(
+    args: &ModelArgs,
+    settings: &Map<String, Value>,
+) -> Result<Setup, Failure> {
     let spec = args
         .model
         .clone()
@@ -94,24 +115,7 @@ async fn setup(args: &ModelArgs, settings: &Map<String, Value>) -> Result<Setup,
                 "no model configured; pass --model provider:model (e.g. openai:gpt-4o-mini with OPENAI_API_KEY, or ollama:qwen3:4b), set TETHER_MODEL, or add \"model\" to the config",
             )
         })?;
-    let base_url = args.base_url.clone().or_else(|| {
-        settings
-            .get("baseUrl")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    });
-    let provider = if spec == "local" || spec.starts_with("local:") {
-        local_provider(&spec, args).await?
-    } else {
-        provider_for(
-            &spec,
-            &ProviderOptions {
-                base_url,
-                ..ProviderOptions::default()
-            },
-        )
-        .map_err(|e| Failure::usage(e.to_string()))?
-    };
+    let provider = build_provider(&spec, args, settings).await?;
     let approval_rules: ApprovalRules = match settings.get("approval") {
         Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
             Failure::usage(format!(
@@ -136,7 +140,36 @@ async fn setup(args: &ModelArgs, settings: &Map<String, Value>) -> Result<Setup,
         system_prompt: args.system_prompt.clone(),
         ..AgentOptions::default()
     };
-    Ok(Setup { provider, options })
+    Ok(Setup {
+        provider,
+        options,
+        spec,
+    })
+}
+
+/// The provider for `provider:model` (or `local`), with `--base-url` / `"baseUrl"` applied.
+pub(crate) async fn build_provider(
+    spec: &str,
+    args: &ModelArgs,
+    settings: &Map<String, Value>,
+) -> Result<Box<dyn Provider>, Failure> {
+    let base_url = args.base_url.clone().or_else(|| {
+        settings
+            .get("baseUrl")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    });
+    if spec == "local" || spec.starts_with("local:") {
+        return local_provider(spec, args).await;
+    }
+    provider_for(
+        spec,
+        &ProviderOptions {
+            base_url,
+            ..ProviderOptions::default()
+        },
+    )
+    .map_err(|e| Failure::usage(e.to_string()))
 }
 
 /// The model used when none is configured: the embedded one, when built in.
@@ -235,9 +268,12 @@ pub async fn model_command(action: &str) -> Result<(), Failure> {
 }
 
 /// Asks on the terminal; only used when stdin and stderr are terminals.
-struct TerminalApprover {
+#[derive(Default)]
+pub(crate) struct TerminalApprover {
     /// Tools the user said "always" to, for this session.
     always: Mutex<Vec<String>>,
+    /// Servers the user said "always" to, for this session.
+    always_servers: Mutex<Vec<String>>,
 }
 
 impl Approver for TerminalApprover {
@@ -248,12 +284,18 @@ impl Approver for TerminalApprover {
     fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, bool> {
         Box::pin(async move {
             let name = request.tool.qualified_name.clone();
-            if self
+            let server = request.tool.server.clone();
+            let remembered = self
                 .always
                 .lock()
                 .map(|a| a.contains(&name))
                 .unwrap_or(false)
-            {
+                || self
+                    .always_servers
+                    .lock()
+                    .map(|a| a.contains(&server))
+                    .unwrap_or(false);
+            if remembered {
                 return true;
             }
             let arguments = clip(&request.arguments.to_string(), 300);
@@ -264,7 +306,7 @@ impl Approver for TerminalApprover {
                 ""
             };
             let prompt = format!(
-                "\nallow {name}{warning} {arguments}? [y]es / [n]o / [a]lways for this tool: "
+                "\nallow {name}{warning} {arguments}? [y]es / [n]o / [a]lways for this tool / always for [s]erver \"{server}\": "
             );
             let answer = ask(prompt).await.unwrap_or_default().to_lowercase();
             match answer.as_str() {
@@ -275,13 +317,19 @@ impl Approver for TerminalApprover {
                     }
                     true
                 }
+                "s" | "server" => {
+                    if let Ok(mut always) = self.always_servers.lock() {
+                        always.push(server);
+                    }
+                    true
+                }
                 _ => false,
             }
         })
     }
 }
 
-fn clip(text: &str, max: usize) -> String {
+pub(crate) fn clip(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
         None => text.to_string(),
@@ -289,8 +337,10 @@ fn clip(text: &str, max: usize) -> String {
 }
 
 /// Prints events as they arrive: text to stdout, tool activity to stderr; or JSON lines.
-fn spawn_renderer(
+/// Messages go to `session` (synced to disk) as they are added.
+pub(crate) fn spawn_renderer(
     json: bool,
+    session: Option<Arc<Mutex<SessionLog>>>,
 ) -> (
     mpsc::UnboundedSender<AgentEvent>,
     tokio::task::JoinHandle<()>,
@@ -300,6 +350,17 @@ fn spawn_renderer(
         let mut stdout = std::io::stdout();
         let mut bars: std::collections::HashMap<String, ProgressBar> = Default::default();
         while let Some(event) = rx.recv().await {
+            if let AgentEvent::MessageAdded { message } = &event {
+                if let Some(log) = &session
+                    && let Ok(mut log) = log.lock()
+                    && let Err(error) = log.append(&Record::Message {
+                        message: message.clone(),
+                    })
+                {
+                    eprintln!("warning: cannot save the session: {error}");
+                }
+                continue;
+            }
             if json {
                 let _ = writeln!(
                     stdout,
@@ -347,7 +408,9 @@ fn spawn_renderer(
                     let first = result.lines().next().unwrap_or_default();
                     eprintln!("{mark} {name} ({duration_ms} ms): {}", clip(first, 200));
                 }
-                AgentEvent::ApprovalRequested { .. } | AgentEvent::Usage { .. } => {}
+                AgentEvent::ApprovalRequested { .. }
+                | AgentEvent::Usage { .. }
+                | AgentEvent::MessageAdded { .. } => {}
                 AgentEvent::Notice { message } => eprintln!("note: {message}"),
             }
         }
@@ -356,7 +419,7 @@ fn spawn_renderer(
 }
 
 /// Cancels the current turn on Ctrl-C.
-fn watch_ctrl_c(current: Arc<Mutex<CancellationToken>>) {
+pub(crate) fn watch_ctrl_c(current: Arc<Mutex<CancellationToken>>) {
     tokio::spawn(async move {
         while tokio::signal::ctrl_c().await.is_ok() {
             if let Ok(token) = current.lock() {
@@ -366,7 +429,7 @@ fn watch_ctrl_c(current: Arc<Mutex<CancellationToken>>) {
     });
 }
 
-fn model_failure(error: &LlmError) -> Failure {
+pub(crate) fn model_failure(error: &LlmError) -> Failure {
     match error {
         LlmError::Config(message) => Failure::usage(message.clone()),
         other => Failure::partial(other.to_string()),
@@ -382,11 +445,13 @@ pub async fn run(
     json: bool,
     mut host: TerminalHost,
 ) -> Result<(), Failure> {
-    let Setup { provider, options } = setup(&args, &settings).await?;
+    let Setup {
+        provider, options, ..
+    } = setup(&args, &settings).await?;
     let provider: Arc<dyn Provider> = Arc::from(provider);
     host.provider = Some(provider.clone());
     host.interactive &= !json;
-    let (events, renderer) = spawn_renderer(json);
+    let (events, renderer) = spawn_renderer(json, None);
     host.events = Mutex::new(Some(events.clone()));
     let host = Arc::new(host);
     let registry = ServerRegistry::start(servers, host.clone()).await;
@@ -404,9 +469,7 @@ pub async fn run(
     for error in errors {
         eprintln!("warning: {error}");
     }
-    let terminal = TerminalApprover {
-        always: Mutex::new(Vec::new()),
-    };
+    let terminal = TerminalApprover::default();
     let interactive = !json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let approver: &dyn Approver = if interactive {
         &terminal
@@ -480,160 +543,4 @@ fn finish(
             Err(model_failure(&error))
         }
     }
-}
-
-/// `/prompt SERVER NAME key=value…`: the server's prompt as conversation messages.
-async fn expand_prompt(registry: &ServerRegistry, rest: &str) -> Result<Vec<Message>, String> {
-    let words = shlex::split(rest.trim())
-        .ok_or("/prompt: unbalanced quotes; use /prompt SERVER NAME key=value …")?;
-    let [server, name, pairs @ ..] = words.as_slice() else {
-        return Err(
-            "/prompt needs a server and a prompt name: /prompt SERVER NAME key=value …".into(),
-        );
-    };
-    let connection = registry.connection(server).map_err(|e| e.to_string())?;
-    let arguments = crate::arguments::prompt_arguments(pairs)
-        .map_err(|e| format!("/prompt {server} {name}: {e}"))?;
-    let result = connection
-        .get_prompt(name, arguments)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(result
-        .messages
-        .into_iter()
-        .map(|m| {
-            let block = tether_protocol::ToolResult {
-                content: vec![m.content],
-                ..Default::default()
-            };
-            let (text, _) = tether_agent::results::result_for_model(&block, usize::MAX, false);
-            match m.role {
-                tether_protocol::Role::Assistant => Message::assistant(text),
-                tether_protocol::Role::User => Message::user(text),
-            }
-        })
-        .collect())
-}
-
-/// `tether chat`: a line-based conversation; `/quit` or end of input leaves.
-pub async fn chat(
-    servers: Vec<ServerConfig>,
-    settings: Map<String, Value>,
-    args: ModelArgs,
-    mut host: TerminalHost,
-) -> Result<(), Failure> {
-    let Setup { provider, options } = setup(&args, &settings).await?;
-    let provider: Arc<dyn Provider> = Arc::from(provider);
-    host.provider = Some(provider.clone());
-    let host = Arc::new(host);
-    let registry = ServerRegistry::start(servers, host.clone()).await;
-    for failure in registry.failures() {
-        eprintln!("warning: {failure}");
-    }
-    let (router, _) = registry.tool_router().await;
-    let tool_count = router.tools().len();
-    let terminal = TerminalApprover {
-        always: Mutex::new(Vec::new()),
-    };
-    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-    let approver: &dyn Approver = if interactive {
-        &terminal
-    } else {
-        &NonInteractive
-    };
-    let mut agent = Agent::new(provider.as_ref(), &registry, router, approver, options);
-    if interactive {
-        eprintln!(
-            "tether chat with {} and {tool_count} tools; /quit to leave, Ctrl-C cancels an answer",
-            provider.name()
-        );
-    }
-    let current = Arc::new(Mutex::new(CancellationToken::new()));
-    watch_ctrl_c(current.clone());
-    let mut conversation: Vec<Message> = Vec::new();
-    loop {
-        if interactive {
-            eprint!("you> ");
-            let _ = std::io::stderr().flush();
-        }
-        let line = tokio::task::spawn_blocking(|| {
-            let mut line = String::new();
-            match std::io::stdin().lock().read_line(&mut line) {
-                Ok(0) | Err(_) => None,
-                Ok(_) => Some(line),
-            }
-        })
-        .await
-        .ok()
-        .flatten();
-        let Some(line) = line else { break };
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if line == "/quit" || line == "/exit" {
-            break;
-        }
-        if let Some(dir) = line.strip_prefix("/root ") {
-            match std::path::absolute(dir.trim()) {
-                Ok(dir) => {
-                    if let Ok(mut roots) = host.roots.lock() {
-                        roots.push(tether_mcp::Root::directory(&dir));
-                    }
-                    for error in registry.roots_changed().await {
-                        eprintln!("warning: {error}");
-                    }
-                    eprintln!("added root {}", dir.display());
-                }
-                Err(error) => eprintln!("error: /root {dir}: {error}"),
-            }
-            continue;
-        }
-        let turn_input = if let Some(rest) = line.strip_prefix("/prompt") {
-            match expand_prompt(&registry, rest).await {
-                Ok(messages) => messages,
-                Err(error) => {
-                    eprintln!("error: {error}");
-                    continue;
-                }
-            }
-        } else {
-            match attach_resources(&registry, line).await {
-                Ok((text, _)) => vec![Message::user(text)],
-                Err(error) => {
-                    eprintln!("error: {error}");
-                    continue;
-                }
-            }
-        };
-        let cancel = CancellationToken::new();
-        if let Ok(mut slot) = current.lock() {
-            *slot = cancel.clone();
-        }
-        let answer_needed = matches!(turn_input.last(), Some(Message::User { .. }));
-        conversation.extend(turn_input);
-        if !answer_needed {
-            continue;
-        }
-        let (events, renderer) = spawn_renderer(false);
-        if let Ok(mut slot) = host.events.lock() {
-            *slot = Some(events.clone());
-        }
-        let outcome = agent.run_turn(&mut conversation, &events, &cancel).await;
-        if let Ok(mut slot) = host.events.lock() {
-            slot.take();
-        }
-        drop(events);
-        let _ = renderer.await;
-        match outcome {
-            Ok(outcome) => match outcome.stopped {
-                Some(reason) => eprintln!("\n{reason}"),
-                None => println!(),
-            },
-            Err(AgentError::Cancelled) => eprintln!("\n(cancelled)"),
-            Err(AgentError::Model(error)) => eprintln!("\nerror: {error}"),
-        }
-    }
-    registry.shutdown().await;
-    Ok(())
 }

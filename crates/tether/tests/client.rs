@@ -25,6 +25,7 @@ fn tether(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(args)
         .current_dir(dir)
+        .env("TETHER_DATA_DIR", dir)
         .env("NO_COLOR", "1")
         .env_remove("TETHER_MODEL")
         .stdin(Stdio::null())
@@ -501,6 +502,7 @@ fn in_terminal(dir: &Path, args: &str, input: &str) -> (Option<i32>, String) {
     let mut child = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
         .current_dir(dir)
+        .env("TETHER_DATA_DIR", dir)
         .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -704,6 +706,7 @@ fn ctrl_c_during_a_call_cancels_it_on_the_server() {
             "wait",
         ])
         .current_dir(&dir)
+        .env("TETHER_DATA_DIR", &dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -861,6 +864,7 @@ fn completion_and_prompts_in_chat() {
             &base,
         ])
         .current_dir(&dir)
+        .env("TETHER_DATA_DIR", &dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -932,6 +936,7 @@ fn a_restarted_http_server_gets_a_new_session_transparently() {
             &base,
         ])
         .current_dir(&dir)
+        .env("TETHER_DATA_DIR", &dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -990,6 +995,7 @@ fn in_a_terminal_a_long_call_shows_a_live_progress_bar_and_ctrl_c_stops_it() {
     let mut child = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
         .current_dir(&dir)
+        .env("TETHER_DATA_DIR", &dir)
         .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -1051,6 +1057,7 @@ fn a_root_added_in_chat_is_announced_and_the_server_asks_again() {
             &base,
         ])
         .current_dir(&dir)
+        .env("TETHER_DATA_DIR", &dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,0 +1,916 @@
+//! `tether chat`: the conversation people work in. A line editor with history across runs
+//! and completion (slash commands, servers, tools, prompts, `@server:uri`), slash commands,
+//! and a session file that records every message as it happens (see `session`). Over a pipe
+//! it reads plain lines and prints no prompts.
+
+use std::borrow::Cow;
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rustyline::completion::{Completer, Pair};
+use rustyline::error::ReadlineError;
+use rustyline::highlight::Highlighter;
+use rustyline::hint::Hinter;
+use rustyline::validate::{ValidationContext, ValidationResult, Validator};
+use rustyline::{Context, Editor, Helper};
+use serde_json::{Map, Value};
+use tether_agent::{
+    Agent, AgentError, ApprovalMode, Approver, NonInteractive, TurnOutcome, attach_resources,
+};
+use tether_llm::Provider;
+use tether_mcp::{McpError, ServerConfig, ServerRegistry, ToolRouter};
+use tether_protocol::chat::{Message, Usage};
+use tokio_util::sync::CancellationToken;
+
+use crate::Failure;
+use crate::host::TerminalHost;
+use crate::run::{ModelArgs, Setup, TerminalApprover, build_provider, clip, setup, spawn_renderer};
+use crate::session::{self, Loaded, Record, SessionLog};
+
+/// Every slash command, for `/help`, completion and "did you mean".
+const COMMANDS: &[(&str, &str)] = &[
+    ("/help", "this list"),
+    ("/tools", "[FILTER] tools offered to the model"),
+    ("/servers", "connected servers and their state"),
+    (
+        "/resources",
+        "resources and templates, to attach with @server:uri",
+    ),
+    ("/prompts", "server prompts, to expand with /prompt"),
+    (
+        "/prompt",
+        "SERVER NAME [key=value …] expand a server prompt into the conversation",
+    ),
+    (
+        "/model",
+        "PROVIDER:MODEL switch the model for the next turns",
+    ),
+    ("/approve", "ask|auto|never how tool calls are approved"),
+    ("/system", "TEXT add to the system prompt (empty: show it)"),
+    ("/root", "DIR offer another root directory to servers"),
+    (
+        "/clear",
+        "start the conversation over (the session file keeps the old turns)",
+    ),
+    (
+        "/compact",
+        "summarise earlier turns with the model to free context",
+    ),
+    ("/usage", "tokens used in this session"),
+    ("/save", "NAME name this session"),
+    ("/sessions", "saved sessions"),
+    ("/resume", "ID continue a saved session"),
+    (
+        "/export",
+        "FILE.md|FILE.json write the conversation to a file",
+    ),
+    ("/quit", "leave (also Ctrl-D)"),
+];
+
+/// Names completion offers, gathered when the chat starts.
+#[derive(Default, Clone)]
+struct Catalog {
+    servers: Vec<String>,
+    tools: Vec<String>,
+    prompts: Vec<(String, String)>,
+    resources: Vec<String>,
+}
+
+impl Catalog {
+    async fn gather(registry: &ServerRegistry, router: &ToolRouter) -> Catalog {
+        let mut catalog = Catalog {
+            tools: router.names().map(str::to_string).collect(),
+            ..Catalog::default()
+        };
+        for connection in registry.connections() {
+            let server = connection.name().to_string();
+            if let Ok(prompts) = connection.list_prompts().await {
+                catalog
+                    .prompts
+                    .extend(prompts.into_iter().map(|p| (server.clone(), p.name)));
+            }
+            if let Ok(resources) = connection.list_resources().await {
+                catalog.resources.extend(
+                    resources
+                        .into_iter()
+                        .map(|r| format!("@{server}:{}", r.uri)),
+                );
+            }
+            catalog.servers.push(server);
+        }
+        catalog
+    }
+}
+
+/// rustyline's helper: completion, and multi-line input (a line ending in `\` or an open
+/// code fence continues).
+struct ChatHelper {
+    catalog: Catalog,
+}
+
+impl Completer for ChatHelper {
+    type Candidate = Pair;
+
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        _ctx: &Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<Pair>)> {
+        let before = &line[..pos];
+        let start = before.rfind(char::is_whitespace).map_or(0, |i| i + 1);
+        let word = &before[start..];
+        let words: Vec<&str> = before.split_whitespace().collect();
+        let first_word = start == 0;
+        let candidates: Vec<String> = if first_word && word.starts_with('/') {
+            COMMANDS.iter().map(|(c, _)| c.to_string()).collect()
+        } else if word.starts_with('@') {
+            self.catalog.resources.clone()
+        } else {
+            match words.first().copied() {
+                Some("/tools") => self.catalog.tools.clone(),
+                Some("/prompt") if words.len() == 1 || (words.len() == 2 && !word.is_empty()) => {
+                    self.catalog.servers.clone()
+                }
+                Some("/prompt") => self
+                    .catalog
+                    .prompts
+                    .iter()
+                    .filter(|(s, _)| Some(&s.as_str()) == words.get(1))
+                    .map(|(_, p)| p.clone())
+                    .collect(),
+                Some("/approve") => vec!["ask".into(), "auto".into(), "never".into()],
+                _ => Vec::new(),
+            }
+        };
+        let pairs = candidates
+            .into_iter()
+            .filter(|c| c.starts_with(word))
+            .map(|c| Pair {
+                display: c.clone(),
+                replacement: c,
+            })
+            .collect();
+        Ok((start, pairs))
+    }
+}
+
+impl Hinter for ChatHelper {
+    type Hint = String;
+}
+
+impl Highlighter for ChatHelper {
+    fn highlight_prompt<'b, 's: 'b, 'p: 'b>(
+        &'s self,
+        prompt: &'p str,
+        _default: bool,
+    ) -> Cow<'b, str> {
+        Cow::Borrowed(prompt)
+    }
+}
+
+impl Validator for ChatHelper {
+    fn validate(&self, ctx: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
+        let input = ctx.input();
+        let open_fence = input.matches("```").count() % 2 == 1;
+        if input.ends_with('\\') || open_fence {
+            Ok(ValidationResult::Incomplete)
+        } else {
+            Ok(ValidationResult::Valid(None))
+        }
+    }
+}
+
+impl Helper for ChatHelper {}
+
+/// Where the user's lines come from.
+enum Input {
+    /// A terminal: the line editor, with history saved across runs.
+    Editor(
+        Box<Editor<ChatHelper, rustyline::history::FileHistory>>,
+        Option<std::path::PathBuf>,
+    ),
+    /// A pipe: plain lines, no prompt.
+    Pipe,
+}
+
+/// What reading a line gave.
+enum Line {
+    Text(String),
+    /// Ctrl-C at the prompt: discard the line.
+    Interrupted,
+    End,
+}
+
+impl Input {
+    async fn read(self, prompt: &str) -> (Input, Line) {
+        match self {
+            Input::Pipe => {
+                let line = tokio::task::spawn_blocking(|| {
+                    let mut line = String::new();
+                    match std::io::stdin().lock().read_line(&mut line) {
+                        Ok(0) | Err(_) => None,
+                        Ok(_) => Some(line),
+                    }
+                })
+                .await
+                .ok()
+                .flatten();
+                let line = match line {
+                    Some(line) => Line::Text(line.trim_end_matches(['\n', '\r']).to_string()),
+                    None => Line::End,
+                };
+                (Input::Pipe, line)
+            }
+            Input::Editor(mut editor, history) => {
+                let prompt = prompt.to_string();
+                let outcome = tokio::task::spawn_blocking(move || {
+                    let line = editor.readline(&prompt);
+                    (editor, line)
+                })
+                .await;
+                let Ok((mut editor, line)) = outcome else {
+                    return (Input::Pipe, Line::End);
+                };
+                let line = match line {
+                    Ok(text) => {
+                        if !text.trim().is_empty() {
+                            let _ = editor.add_history_entry(text.as_str());
+                            if let Some(path) = &history {
+                                let _ = editor.save_history(path);
+                            }
+                        }
+                        // A trailing backslash joined lines; it is not part of the text.
+                        Line::Text(text.replace("\\\n", "\n"))
+                    }
+                    Err(ReadlineError::Interrupted) => Line::Interrupted,
+                    Err(_) => Line::End,
+                };
+                (Input::Editor(editor, history), line)
+            }
+        }
+    }
+}
+
+fn history_path() -> Option<std::path::PathBuf> {
+    session::sessions_dir().and_then(|d| d.parent().map(|p| p.join("history.txt")))
+}
+
+/// The closest slash command to a typo.
+fn closest_command(word: &str) -> Option<&'static str> {
+    COMMANDS
+        .iter()
+        .map(|(c, _)| (*c, strsim::jaro_winkler(word, c)))
+        .filter(|(_, score)| *score > 0.7)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(c, _)| c)
+}
+
+/// The running chat: model, servers, conversation, and the session file.
+struct Chat<'a> {
+    provider: Arc<dyn Provider>,
+    spec: String,
+    options: tether_agent::AgentOptions,
+    registry: &'a ServerRegistry,
+    router: ToolRouter,
+    host: Arc<TerminalHost>,
+    conversation: Vec<Message>,
+    usage: Usage,
+    log: Option<Arc<Mutex<SessionLog>>>,
+    interactive: bool,
+    args: ModelArgs,
+    settings: Map<String, Value>,
+}
+
+/// `tether chat [--resume [ID]]`.
+pub async fn chat(
+    servers: Vec<ServerConfig>,
+    settings: Map<String, Value>,
+    args: ModelArgs,
+    mut host: TerminalHost,
+    resume: Option<Option<String>>,
+) -> Result<(), Failure> {
+    let Setup {
+        provider,
+        options,
+        spec,
+    } = setup(&args, &settings).await?;
+    let provider: Arc<dyn Provider> = Arc::from(provider);
+    host.provider = Some(provider.clone());
+    let interactive = host.interactive;
+    let host = Arc::new(host);
+    let registry = ServerRegistry::start(servers, host.clone()).await;
+    for failure in registry.failures() {
+        eprintln!("warning: {failure}");
+    }
+    let (router, _) = registry.tool_router().await;
+    let mut chat = Chat {
+        provider,
+        spec,
+        options,
+        registry: &registry,
+        router,
+        host,
+        conversation: Vec::new(),
+        usage: Usage::default(),
+        log: None,
+        interactive,
+        args,
+        settings,
+    };
+    let outcome = chat.main_loop(resume).await;
+    registry.shutdown().await;
+    outcome
+}
+
+impl Chat<'_> {
+    async fn main_loop(&mut self, resume: Option<Option<String>>) -> Result<(), Failure> {
+        match resume {
+            Some(id) => self.resume(id.as_deref()).map_err(Failure::usage)?,
+            None => self.new_session(),
+        }
+        let catalog = Catalog::gather(self.registry, &self.router).await;
+        let mut input = if self.interactive {
+            let config = rustyline::Config::builder().auto_add_history(false).build();
+            match Editor::with_config(config) {
+                Ok(mut editor) => {
+                    editor.set_helper(Some(ChatHelper { catalog }));
+                    let history = history_path();
+                    if let Some(path) = &history {
+                        if let Some(dir) = path.parent() {
+                            let _ = std::fs::create_dir_all(dir);
+                        }
+                        let _ = editor.load_history(path);
+                    }
+                    Input::Editor(Box::new(editor), history)
+                }
+                Err(_) => Input::Pipe,
+            }
+        } else {
+            Input::Pipe
+        };
+        if self.interactive {
+            eprintln!(
+                "tether chat with {} and {} tools; /help for commands, Ctrl-C cancels an answer, Ctrl-D leaves",
+                self.provider.name(),
+                self.router.tools().len()
+            );
+        }
+        let current = Arc::new(Mutex::new(CancellationToken::new()));
+        crate::run::watch_ctrl_c(current.clone());
+        loop {
+            let (next, line) = input.read("you> ").await;
+            input = next;
+            let line = match line {
+                Line::Text(line) => line,
+                Line::Interrupted => continue,
+                Line::End => break,
+            };
+            let trimmed = line.trim();
+            if trimmed.is_empty() {
+                continue;
+            }
+            if trimmed.starts_with('/') {
+                match self.command(trimmed).await {
+                    Ok(Step::Continue) => continue,
+                    Ok(Step::Quit) => break,
+                    Ok(Step::Send(messages)) => {
+                        self.turn(messages, &current).await;
+                        continue;
+                    }
+                    Err(message) => {
+                        eprintln!("error: {message}");
+                        continue;
+                    }
+                }
+            }
+            match attach_resources(self.registry, trimmed).await {
+                Ok((text, _)) => self.turn(vec![Message::user(text)], &current).await,
+                Err(error) => eprintln!("error: {error}"),
+            }
+        }
+        Ok(())
+    }
+
+    fn new_session(&mut self) {
+        match session::sessions_dir().map(|dir| SessionLog::create(&dir, &self.spec)) {
+            Some(Ok(log)) => {
+                if self.interactive {
+                    eprintln!("session {} ({})", log.id, log.path().display());
+                }
+                self.log = Some(Arc::new(Mutex::new(log)));
+            }
+            Some(Err(error)) => eprintln!("warning: this chat is not saved: {error}"),
+            None => eprintln!("warning: this chat is not saved: no data dir; set TETHER_DATA_DIR"),
+        }
+    }
+
+    fn resume(&mut self, id: Option<&str>) -> Result<(), String> {
+        let dir = session::sessions_dir().ok_or("no data dir for sessions; set TETHER_DATA_DIR")?;
+        let path = match id {
+            Some(id) => session::find(&dir, id)?,
+            None => {
+                let latest = session::list(&dir)
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| format!("no saved sessions in {}", dir.display()))?;
+                dir.join(format!("{}.jsonl", latest.id))
+            }
+        };
+        let loaded = session::load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut log = SessionLog::reopen(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        show_transcript(&loaded);
+        if loaded.interrupted {
+            eprintln!(
+                "(the last turn was interrupted: Tether stopped during it; its messages are kept and unfinished tool calls are marked as interrupted)"
+            );
+            let _ = log.append(&Record::Turn {
+                status: "interrupted".into(),
+                usage: Usage::default(),
+            });
+        }
+        eprintln!(
+            "resumed session {} ({} turns{})",
+            loaded.id,
+            loaded.turns,
+            if loaded.interrupted {
+                ", the last one interrupted"
+            } else {
+                ""
+            }
+        );
+        self.conversation = loaded.messages;
+        self.usage = loaded.usage;
+        self.log = Some(Arc::new(Mutex::new(log)));
+        Ok(())
+    }
+
+    fn save(&self, record: Record) {
+        if let Some(log) = &self.log
+            && let Ok(mut log) = log.lock()
+            && let Err(error) = log.append(&record)
+        {
+            eprintln!("warning: cannot save the session: {error}");
+        }
+    }
+
+    async fn turn(&mut self, messages: Vec<Message>, current: &Arc<Mutex<CancellationToken>>) {
+        let answer_needed = matches!(messages.last(), Some(Message::User { .. }));
+        for message in messages {
+            self.save(Record::Message {
+                message: message.clone(),
+            });
+            self.conversation.push(message);
+        }
+        if !answer_needed {
+            return;
+        }
+        let cancel = CancellationToken::new();
+        if let Ok(mut slot) = current.lock() {
+            *slot = cancel.clone();
+        }
+        let terminal = TerminalApprover::default();
+        let approver: &dyn Approver = if self.interactive {
+            &terminal
+        } else {
+            &NonInteractive
+        };
+        let mut agent = Agent::new(
+            self.provider.as_ref(),
+            self.registry,
+            self.router.clone(),
+            approver,
+            self.options.clone(),
+        );
+        let (events, renderer) = spawn_renderer(false, self.log.clone());
+        if let Ok(mut slot) = self.host.events.lock() {
+            *slot = Some(events.clone());
+        }
+        let started = Instant::now();
+        let outcome = agent
+            .run_turn(&mut self.conversation, &events, &cancel)
+            .await;
+        if let Ok(mut slot) = self.host.events.lock() {
+            slot.take();
+        }
+        drop(events);
+        let _ = renderer.await;
+        let (status, usage) = match &outcome {
+            Ok(TurnOutcome {
+                stopped: Some(_),
+                usage,
+                ..
+            }) => ("stopped", *usage),
+            Ok(outcome) => ("complete", outcome.usage),
+            Err(AgentError::Cancelled) => ("cancelled", Usage::default()),
+            Err(AgentError::Model(_)) => ("failed", Usage::default()),
+        };
+        self.usage += usage;
+        self.save(Record::Turn {
+            status: status.into(),
+            usage,
+        });
+        match outcome {
+            Ok(outcome) => {
+                match outcome.stopped {
+                    Some(reason) => eprintln!("\n{reason}"),
+                    None => println!(),
+                }
+                if self.interactive {
+                    eprintln!(
+                        "({} in, {} out tokens; {:.1}s)",
+                        usage.input_tokens,
+                        usage.output_tokens,
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            Err(AgentError::Cancelled) => eprintln!("\n(cancelled)"),
+            Err(AgentError::Model(error)) => eprintln!("\nerror: {error}"),
+        }
+    }
+
+    async fn command(&mut self, line: &str) -> Result<Step, String> {
+        let (command, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let rest = rest.trim();
+        match command {
+            "/quit" | "/exit" => return Ok(Step::Quit),
+            "/help" => {
+                for (name, help) in COMMANDS {
+                    eprintln!("  {name:<11} {help}");
+                }
+                eprintln!(
+                    "  @server:uri in a message attaches that resource; a line ending in \\ continues"
+                );
+            }
+            "/tools" => {
+                for tool in self.router.tools() {
+                    if rest.is_empty() || tool.qualified_name.contains(rest) {
+                        let description = tool.tool.description.as_deref().unwrap_or_default();
+                        eprintln!(
+                            "  {}  {}",
+                            tool.qualified_name,
+                            clip(description.lines().next().unwrap_or_default(), 80)
+                        );
+                    }
+                }
+            }
+            "/servers" => {
+                for entry in self.registry.entries() {
+                    let state = match &entry.state {
+                        tether_mcp::ServerState::Connected(c) => format!(
+                            "connected ({}, {})",
+                            c.summary().protocol_version,
+                            entry.config.endpoint()
+                        ),
+                        tether_mcp::ServerState::Failed(error) => format!("failed: {error}"),
+                        tether_mcp::ServerState::Disabled => "disabled".into(),
+                    };
+                    eprintln!("  {}: {state}", entry.name());
+                }
+            }
+            "/resources" => {
+                for connection in self.registry.connections() {
+                    for resource in connection.list_resources().await.unwrap_or_default() {
+                        eprintln!("  @{}:{}", connection.name(), resource.uri);
+                    }
+                    for template in connection
+                        .list_resource_templates()
+                        .await
+                        .unwrap_or_default()
+                    {
+                        eprintln!(
+                            "  @{}:{} (template)",
+                            connection.name(),
+                            template.uri_template
+                        );
+                    }
+                }
+            }
+            "/prompts" => {
+                for connection in self.registry.connections() {
+                    for prompt in connection.list_prompts().await.unwrap_or_default() {
+                        let arguments: Vec<String> =
+                            prompt.arguments.iter().map(|a| a.name.clone()).collect();
+                        eprintln!(
+                            "  /prompt {} {} {}",
+                            connection.name(),
+                            prompt.name,
+                            arguments
+                                .iter()
+                                .map(|a| format!("{a}=…"))
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        );
+                    }
+                }
+            }
+            "/prompt" => return expand_prompt(self.registry, rest).await.map(Step::Send),
+            "/model" => {
+                if rest.is_empty() {
+                    eprintln!("model: {}", self.provider.name());
+                } else {
+                    let provider = build_provider(rest, &self.args, &self.settings)
+                        .await
+                        .map_err(|f| f.message.unwrap_or_else(|| "cannot switch".into()))?;
+                    self.provider = Arc::from(provider);
+                    self.spec = rest.to_string();
+                    self.save(Record::Model {
+                        model: rest.to_string(),
+                    });
+                    eprintln!("model: {}", self.provider.name());
+                }
+            }
+            "/approve" => {
+                self.options.approval_mode = match rest {
+                    "ask" => ApprovalMode::Ask,
+                    "auto" => ApprovalMode::Auto,
+                    "never" => ApprovalMode::Never,
+                    other => return Err(format!("/approve {other}: use ask, auto or never")),
+                };
+                eprintln!("approval: {rest}");
+            }
+            "/system" => {
+                if rest.is_empty() {
+                    eprintln!(
+                        "{}",
+                        self.options.system_prompt.as_deref().unwrap_or("(none)")
+                    );
+                } else {
+                    self.options.system_prompt = Some(rest.to_string());
+                    eprintln!("system prompt set");
+                }
+            }
+            "/root" => {
+                let dir = std::path::absolute(rest).map_err(|e| format!("/root {rest}: {e}"))?;
+                if let Ok(mut roots) = self.host.roots.lock() {
+                    roots.push(tether_mcp::Root::directory(&dir));
+                }
+                for error in self.registry.roots_changed().await {
+                    eprintln!("warning: {error}");
+                }
+                eprintln!("added root {}", dir.display());
+            }
+            "/clear" => {
+                self.conversation.clear();
+                self.save(Record::Clear);
+                eprintln!("conversation cleared");
+            }
+            "/compact" => self.compact().await?,
+            "/usage" => eprintln!(
+                "{} in, {} out tokens this session ({} messages in context)",
+                self.usage.input_tokens,
+                self.usage.output_tokens,
+                self.conversation.len()
+            ),
+            "/save" => {
+                if rest.is_empty() {
+                    return Err("/save NAME".into());
+                }
+                self.save(Record::Name {
+                    name: rest.to_string(),
+                });
+                eprintln!("session named \"{rest}\"");
+            }
+            "/sessions" => {
+                let dir = session::sessions_dir().ok_or("no data dir")?;
+                for loaded in session::list(&dir).iter().take(20) {
+                    eprintln!("  {}", session_line(loaded));
+                }
+            }
+            "/resume" => {
+                self.resume(Some(rest))?;
+            }
+            "/export" => {
+                let path = std::path::Path::new(rest);
+                if rest.is_empty() {
+                    return Err("/export FILE.md or FILE.json".into());
+                }
+                let loaded = Loaded {
+                    id: self
+                        .log
+                        .as_ref()
+                        .and_then(|l| l.lock().ok().map(|l| l.id.clone()))
+                        .unwrap_or_default(),
+                    model: self.provider.name().to_string(),
+                    messages: self.conversation.clone(),
+                    usage: self.usage,
+                    ..Loaded::default()
+                };
+                let text = if rest.ends_with(".json") {
+                    serde_json::to_string_pretty(&session::to_json(&loaded))
+                        .map_err(|e| e.to_string())?
+                } else {
+                    session::to_markdown(&loaded)
+                };
+                std::fs::write(path, text).map_err(|e| format!("/export {rest}: {e}"))?;
+                eprintln!("wrote {}", path.display());
+            }
+            other => {
+                return Err(match closest_command(other) {
+                    Some(close) => {
+                        format!("unknown command {other}; did you mean {close}? (/help lists them)")
+                    }
+                    None => format!("unknown command {other}; /help lists them"),
+                });
+            }
+        }
+        Ok(Step::Continue)
+    }
+
+    /// Replaces all but the last exchange with a summary written by the model.
+    async fn compact(&mut self) -> Result<(), String> {
+        let keep_from = self
+            .conversation
+            .iter()
+            .rposition(|m| matches!(m, Message::User { .. }))
+            .unwrap_or(0);
+        if keep_from == 0 {
+            return Err("nothing to compact yet".into());
+        }
+        let earlier = session::to_markdown(&Loaded {
+            messages: self.conversation[..keep_from].to_vec(),
+            ..Loaded::default()
+        });
+        let request = tether_llm::ChatRequest {
+            messages: vec![
+                Message::system(
+                    "Summarise this conversation for your own later use: the user's goals, facts learned from tools, decisions made, open questions. Be concise.",
+                ),
+                Message::user(earlier),
+            ],
+            max_tokens: Some(1024),
+            ..Default::default()
+        };
+        let summary = tether_llm::complete(self.provider.as_ref(), &request)
+            .await
+            .map_err(|e| format!("/compact: {e}"))?;
+        let kept = self.conversation.split_off(keep_from);
+        let before = self.conversation.len();
+        self.conversation = vec![Message::user(format!(
+            "[Summary of the earlier conversation]\n{}",
+            summary.text
+        ))];
+        self.conversation.extend(kept);
+        self.save(Record::Clear);
+        for message in self.conversation.clone() {
+            self.save(Record::Message { message });
+        }
+        eprintln!(
+            "compacted {before} earlier messages into a summary ({} tokens)",
+            summary.usage.output_tokens
+        );
+        Ok(())
+    }
+}
+
+/// What a slash command asks the loop to do next.
+enum Step {
+    Continue,
+    Quit,
+    Send(Vec<Message>),
+}
+
+/// One line of a session listing: id, date, model, turns, first line.
+pub fn session_line(loaded: &Loaded) -> String {
+    let date = loaded
+        .created
+        .get(..16)
+        .unwrap_or(&loaded.created)
+        .replace('T', " ");
+    let name = loaded
+        .name
+        .as_deref()
+        .map(|n| format!(" [{n}]"))
+        .unwrap_or_default();
+    format!(
+        "{}{name}  {date}  {}  {} turns{}  {}",
+        loaded.id,
+        loaded.model,
+        loaded.turns,
+        if loaded.interrupted {
+            " (interrupted)"
+        } else {
+            ""
+        },
+        clip(&loaded.title(), 60)
+    )
+}
+
+/// Prints a resumed conversation so the user sees where they left off.
+fn show_transcript(loaded: &Loaded) {
+    let mut out = std::io::stderr();
+    for message in &loaded.messages {
+        let _ = match message {
+            Message::User { content } => writeln!(out, "you> {}", clip(content, 400)),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                for call in tool_calls {
+                    let _ = writeln!(out, "→ {} {}", call.name, clip(&call.arguments, 200));
+                }
+                if content.is_empty() {
+                    Ok(())
+                } else {
+                    writeln!(out, "{}", clip(content, 2000))
+                }
+            }
+            Message::Tool {
+                name,
+                content,
+                is_error,
+                ..
+            } => writeln!(
+                out,
+                "{} {name}: {}",
+                if *is_error { "✗" } else { "←" },
+                clip(content.lines().next().unwrap_or_default(), 200)
+            ),
+            Message::System { .. } => Ok(()),
+        };
+    }
+}
+
+/// `/prompt SERVER NAME key=value…`: the server's prompt as conversation messages.
+async fn expand_prompt(registry: &ServerRegistry, rest: &str) -> Result<Vec<Message>, String> {
+    let words = shlex::split(rest.trim())
+        .ok_or("/prompt: unbalanced quotes; use /prompt SERVER NAME key=value …")?;
+    let [server, name, pairs @ ..] = words.as_slice() else {
+        return Err(
+            "/prompt needs a server and a prompt name: /prompt SERVER NAME key=value …".into(),
+        );
+    };
+    let connection = registry
+        .connection(server)
+        .map_err(|e: McpError| e.to_string())?;
+    let arguments = crate::arguments::prompt_arguments(pairs)
+        .map_err(|e| format!("/prompt {server} {name}: {e}"))?;
+    let result = connection
+        .get_prompt(name, arguments)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(result
+        .messages
+        .into_iter()
+        .map(|m| {
+            let block = tether_protocol::ToolResult {
+                content: vec![m.content],
+                ..Default::default()
+            };
+            let (text, _) = tether_agent::results::result_for_model(&block, usize::MAX, false);
+            match m.role {
+                tether_protocol::Role::Assistant => Message::assistant(text),
+                tether_protocol::Role::User => Message::user(text),
+            }
+        })
+        .collect())
+}
+
+/// `tether sessions [export ID]`.
+pub fn sessions_command(export: Option<String>, json: bool) -> Result<(), Failure> {
+    let dir = session::sessions_dir()
+        .ok_or_else(|| Failure::usage("no data dir for sessions; set TETHER_DATA_DIR"))?;
+    if let Some(id) = export {
+        let path = session::find(&dir, &id).map_err(Failure::usage)?;
+        let loaded = session::load(&path).map_err(|e| Failure::usage(e.to_string()))?;
+        if json {
+            crate::render::print_json(&session::to_json(&loaded));
+        } else {
+            print!("{}", session::to_markdown(&loaded));
+        }
+        return Ok(());
+    }
+    let sessions = session::list(&dir);
+    if json {
+        let rows: Vec<Value> = sessions
+            .iter()
+            .map(|s| {
+                serde_json::json!({"id": s.id, "name": s.name, "created": s.created, "model": s.model,
+                                   "turns": s.turns, "interrupted": s.interrupted, "title": s.title()})
+            })
+            .collect();
+        crate::render::print_json(&Value::Array(rows));
+        return Ok(());
+    }
+    if sessions.is_empty() {
+        println!("no saved sessions in {}", dir.display());
+    }
+    for loaded in &sessions {
+        println!("{}", session_line(loaded));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typos_of_commands_suggest_the_closest() {
+        assert_eq!(closest_command("/tols"), Some("/tools"));
+        assert_eq!(closest_command("/exprt"), Some("/export"));
+        assert_eq!(closest_command("/zzzzzzzz"), None);
+    }
+}
