@@ -9,6 +9,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 pub mod model;
+pub mod terminal;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,246 @@
+//! `tether chat` in a real terminal (tmux): a conversation with a tool call and an approval,
+//! slash commands, history recall across runs, Ctrl-C during a call, and sessions that
+//! survive `kill -9` and resume with every earlier turn.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use test_support::everything_stdio;
+use test_support::model::{Reply, ScriptedModel, Wire};
+use test_support::terminal::Terminal;
+
+fn workdir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tether-chat-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `tether … chat …` as a shell command line for the terminal.
+fn chat_command(dir: &Path, model: &ScriptedModel, extra: &str) -> String {
+    format!(
+        "cd {} && {} --stdio '{}' chat --model openai:scripted --base-url {} {extra}",
+        dir.display(),
+        env!("CARGO_BIN_EXE_tether"),
+        everything_stdio(),
+        model.base_url()
+    )
+}
+
+fn env(dir: &Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("TETHER_DATA_DIR", dir.display().to_string()),
+        ("NO_COLOR", "1".to_string()),
+    ]
+}
+
+fn start(dir: &Path, command: &str) -> Terminal {
+    let env = env(dir);
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Terminal::start(command, &pairs)
+}
+
+#[test]
+fn a_conversation_with_approval_commands_history_and_ctrl_c() {
+    let dir = workdir("terminal");
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "everything__toggle-subscriber-updates", "{}"),
+            Reply::text("Updates are **on**."),
+            Reply::call(
+                "c2",
+                "everything__trigger-long-running-operation",
+                r#"{"duration": 60, "steps": 60}"#,
+            ),
+        ],
+    );
+    let terminal = start(&dir, &chat_command(&dir, &model, ""));
+    terminal.wait_for("you> ");
+
+    // A typo suggests the closest command; /tools filters.
+    terminal.type_text("/tols");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("unknown command /tols; did you mean /tools?");
+    terminal.type_text("/tools long");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("everything__trigger-long-running-operation  Demonstrates a long running");
+
+    // A tool that is not read-only asks; "s" approves every tool of that server.
+    terminal.type_text("run it");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("always for [s]erver \"everything\":");
+    terminal.type_text("s");
+    terminal.press(&["Enter"]);
+    let screen = terminal.wait_for("Updates are **on**.");
+    assert!(screen.contains("→ everything__toggle-subscriber-updates"));
+    terminal.wait_for(" tokens; ");
+
+    // History: Up recalls the last line.
+    terminal.press(&["Up"]);
+    terminal.wait_for_count("you> run it", 2, Duration::from_secs(10));
+    terminal.press(&["C-u"]);
+
+    // Ctrl-C during a long (read-only, so not asked) call cancels the turn, not the chat.
+    terminal.type_text("run it longer");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("(1/60)");
+    terminal.press(&["C-c"]);
+    terminal.wait_for("(cancelled)");
+    terminal.wait_for_count("you> ", 4, Duration::from_secs(10));
+    terminal.press(&["C-d"]);
+    terminal.wait_for("[exit 0]");
+    drop(terminal);
+
+    // The next run remembers the history.
+    let model = ScriptedModel::start(Wire::OpenAi, vec![]);
+    let terminal = start(&dir, &chat_command(&dir, &model, ""));
+    terminal.wait_for("you> ");
+    terminal.press(&["Up"]);
+    terminal.wait_for("you> run it longer");
+    terminal.press(&["C-u", "C-d"]);
+    terminal.wait_for("[exit 0]");
+}
+
+#[test]
+fn a_session_survives_kill_9_during_a_tool_call_and_resumes_with_every_turn() {
+    let dir = workdir("kill");
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::text("Hello! Ask me anything."),
+            Reply::call(
+                "c1",
+                "everything__trigger-long-running-operation",
+                r#"{"duration": 60, "steps": 60}"#,
+            ),
+            Reply::text("Welcome back; the operation was interrupted."),
+        ],
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "--stdio",
+            &everything_stdio(),
+            "chat",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &model.base_url(),
+        ])
+        .current_dir(&dir)
+        .env("TETHER_DATA_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    stdin.write_all(b"hi\n").unwrap();
+    assert!(
+        stdout
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("Hello!"))
+    );
+    stdin.write_all(b"start the long operation\n").unwrap();
+    // The call is running once its progress shows.
+    assert!(
+        stderr
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("(1/60)"))
+    );
+    Command::new("kill")
+        .args(["-9", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+
+    let listing = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["sessions", "--json"])
+        .env("TETHER_DATA_DIR", &dir)
+        .output()
+        .unwrap();
+    let sessions: Value = serde_json::from_slice(&listing.stdout).unwrap();
+    assert_eq!(sessions[0]["turns"], 1, "{sessions}");
+    assert_eq!(sessions[0]["interrupted"], true);
+    assert_eq!(sessions[0]["title"], "hi");
+
+    // Resuming shows every earlier turn, marks the interrupted one, and goes on.
+    let resumed = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "--stdio",
+            &everything_stdio(),
+            "chat",
+            "--resume",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &model.base_url(),
+        ])
+        .current_dir(&dir)
+        .env("TETHER_DATA_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut resumed_stdin = resumed.stdin.as_ref().unwrap();
+    resumed_stdin.write_all(b"are you there?\n").unwrap();
+    let output = resumed.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for expected in [
+        "you> hi",
+        "Hello! Ask me anything.",
+        "you> start the long operation",
+        "→ everything__trigger-long-running-operation",
+        "the last turn was interrupted",
+    ] {
+        assert!(stderr.contains(expected), "missing {expected:?}:\n{stderr}");
+    }
+    assert!(String::from_utf8_lossy(&output.stdout).contains("Welcome back"));
+    let history = model.requests()[2].body["messages"].clone();
+    let roles: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "system",
+            "user",
+            "assistant",
+            "user",
+            "assistant",
+            "tool",
+            "user"
+        ],
+        "{history}"
+    );
+    assert!(
+        history[5]["content"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted")
+    );
+
+    let export = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["sessions", "export", sessions[0]["id"].as_str().unwrap()])
+        .env("TETHER_DATA_DIR", &dir)
+        .output()
+        .unwrap();
+    let markdown = String::from_utf8_lossy(&export.stdout);
+    assert!(markdown.contains("## You\n\nhi"), "{markdown}");
+    assert!(markdown.contains("Welcome back"), "{markdown}");
+}
