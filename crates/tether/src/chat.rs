@@ -4,7 +4,7 @@
 //! it reads plain lines and prints no prompts.
 
 use std::borrow::Cow;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -25,7 +25,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Failure;
 use crate::host::TerminalHost;
-use crate::run::{ModelArgs, Setup, TerminalApprover, build_provider, clip, setup, spawn_renderer};
+use crate::run::{
+    ModelArgs, Setup, Style, TerminalApprover, build_provider, clip, setup, spawn_styled_renderer,
+};
 use crate::session::{self, Loaded, Record, SessionLog};
 
 /// Every slash command, for `/help`, completion and "did you mean".
@@ -483,7 +485,13 @@ impl Chat<'_> {
             approver,
             self.options.clone(),
         );
-        let (events, renderer) = spawn_renderer(false, self.log.clone());
+        let terminal_out = std::io::stdout().is_terminal();
+        let style = Style {
+            markdown: (self.interactive && terminal_out)
+                .then(|| std::env::var_os("NO_COLOR").is_none()),
+            spinner: self.interactive,
+        };
+        let (events, renderer) = spawn_styled_renderer(false, self.log.clone(), style);
         if let Ok(mut slot) = self.host.events.lock() {
             *slot = Some(events.clone());
         }

@@ -8,6 +8,7 @@ mod chat;
 mod commands;
 mod conformance;
 mod host;
+mod markdown;
 mod render;
 mod run;
 mod session;

@@ -345,13 +345,102 @@ pub(crate) fn spawn_renderer(
     mpsc::UnboundedSender<AgentEvent>,
     tokio::task::JoinHandle<()>,
 ) {
+    spawn_styled_renderer(json, session, Style::default())
+}
+
+/// How the chat dresses its output in a terminal.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Style {
+    /// Render answers as Markdown (`Some(colour)`), or print them as they come.
+    pub(crate) markdown: Option<bool>,
+    /// Show a spinner until the first event.
+    pub(crate) spinner: bool,
+}
+
+/// [`spawn_renderer`] with the chat's styling.
+pub(crate) fn spawn_styled_renderer(
+    json: bool,
+    session: Option<Arc<Mutex<SessionLog>>>,
+    style: Style,
+) -> (
+    mpsc::UnboundedSender<AgentEvent>,
+    tokio::task::JoinHandle<()>,
+) {
     let (tx, mut rx) = mpsc::unbounded_channel::<AgentEvent>();
     let handle = tokio::spawn(async move {
         let mut stdout = std::io::stdout();
         let mut bars: std::collections::HashMap<String, ProgressBar> = Default::default();
-        while let Some(event) = rx.recv().await {
+        let mut markdown = style.markdown.map(crate::markdown::MarkdownStream::new);
+        let mut flush_markdown = |markdown: &mut Option<crate::markdown::MarkdownStream>| {
+            if let Some(md) = markdown {
+                let mut stdout = std::io::stdout();
+                let _ = write!(stdout, "{}", md.finish());
+                let _ = stdout.flush();
+            }
+        };
+        if style.spinner {
+            // Until the model's first event: a spinner on stderr, erased when it comes.
+            const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+            let mut frame = 0;
+            let first = loop {
+                tokio::select! {
+                    event = rx.recv() => break event,
+                    _ = tick.tick() => {
+                        eprint!("\r{} waiting for the model", FRAMES[frame % FRAMES.len()]);
+                        frame += 1;
+                    }
+                }
+            };
+            eprint!("\r\x1b[2K");
+            let Some(first) = first else { return };
+            let mut pending = Some(first);
+            while let Some(event) = match pending.take() {
+                Some(event) => Some(event),
+                None => rx.recv().await,
+            } {
+                render_event(
+                    event,
+                    json,
+                    &session,
+                    &mut bars,
+                    &mut markdown,
+                    &mut flush_markdown,
+                    &mut stdout,
+                );
+            }
+        } else {
+            while let Some(event) = rx.recv().await {
+                render_event(
+                    event,
+                    json,
+                    &session,
+                    &mut bars,
+                    &mut markdown,
+                    &mut flush_markdown,
+                    &mut stdout,
+                );
+            }
+        }
+        flush_markdown(&mut markdown);
+    });
+    (tx, handle)
+}
+
+/// Shows (or records) one event.
+fn render_event(
+    event: AgentEvent,
+    json: bool,
+    session: &Option<Arc<Mutex<SessionLog>>>,
+    bars: &mut std::collections::HashMap<String, ProgressBar>,
+    markdown: &mut Option<crate::markdown::MarkdownStream>,
+    flush_markdown: &mut impl FnMut(&mut Option<crate::markdown::MarkdownStream>),
+    stdout: &mut std::io::Stdout,
+) {
+    {
+        {
             if let AgentEvent::MessageAdded { message } = &event {
-                if let Some(log) = &session
+                if let Some(log) = session
                     && let Ok(mut log) = log.lock()
                     && let Err(error) = log.append(&Record::Message {
                         message: message.clone(),
@@ -359,7 +448,7 @@ pub(crate) fn spawn_renderer(
                 {
                     eprintln!("warning: cannot save the session: {error}");
                 }
-                continue;
+                return;
             }
             if json {
                 let _ = writeln!(
@@ -367,16 +456,21 @@ pub(crate) fn spawn_renderer(
                     "{}",
                     serde_json::to_string(&event).unwrap_or_default()
                 );
-                continue;
+                return;
             }
             match event {
                 AgentEvent::TextDelta { text } => {
-                    let _ = write!(stdout, "{text}");
+                    let shown = match markdown {
+                        Some(md) => md.push(&text),
+                        None => text,
+                    };
+                    let _ = write!(stdout, "{shown}");
                     let _ = stdout.flush();
                 }
                 AgentEvent::ToolCallStarted {
                     name, arguments, ..
                 } => {
+                    flush_markdown(markdown);
                     eprintln!("→ {name} {}", clip(&arguments.to_string(), 200));
                 }
                 AgentEvent::ToolProgress {
@@ -414,8 +508,7 @@ pub(crate) fn spawn_renderer(
                 AgentEvent::Notice { message } => eprintln!("note: {message}"),
             }
         }
-    });
-    (tx, handle)
+    }
 }
 
 /// Cancels the current turn on Ctrl-C.

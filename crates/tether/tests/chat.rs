@@ -77,7 +77,7 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
     terminal.wait_for("always for [s]erver \"everything\":");
     terminal.type_text("s");
     terminal.press(&["Enter"]);
-    let screen = terminal.wait_for("Updates are **on**.");
+    let screen = terminal.wait_for("Updates are on.");
     assert!(screen.contains("→ everything__toggle-subscriber-updates"));
     terminal.wait_for(" tokens; ");
 
@@ -243,4 +243,63 @@ fn a_session_survives_kill_9_during_a_tool_call_and_resumes_with_every_turn() {
     let markdown = String::from_utf8_lossy(&export.stdout);
     assert!(markdown.contains("## You\n\nhi"), "{markdown}");
     assert!(markdown.contains("Welcome back"), "{markdown}");
+}
+
+/// The lines of `screen` from the one containing `from` up to (not including) the first
+/// line after it containing `to`.
+fn between<'a>(screen: &'a str, from: &str, to: &str) -> Vec<&'a str> {
+    let lines: Vec<&str> = screen.lines().collect();
+    let start = lines.iter().position(|l| l.contains(from)).unwrap();
+    let end = lines[start + 1..]
+        .iter()
+        .position(|l| l.contains(to))
+        .map_or(lines.len(), |i| start + 1 + i);
+    lines[start..end].to_vec()
+}
+
+#[test]
+fn markdown_answers_render_in_the_terminal_and_input_spans_lines_and_completes() {
+    let dir = workdir("markdown");
+    let answer = "# Plan\n\nFirst **read** the `config`, then see [the docs](https://example.com/docs).\n\n- one\n- two\n\n```rust\nfn main() {\n    let x = \"hi\"; // greet\n}\n```\nDone.";
+    let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text(answer)]);
+    let terminal = start(&dir, &chat_command(&dir, &model, ""));
+    terminal.wait_for("you> ");
+    // Tab completes a slash command.
+    terminal.type_text("/he");
+    terminal.press(&["Tab"]);
+    terminal.wait_for("you> /help");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("/compact");
+    // A line ending in a backslash continues on the next.
+    terminal.type_text("show me\\");
+    terminal.press(&["Enter"]);
+    terminal.type_text("the plan");
+    terminal.press(&["Enter"]);
+    let screen = terminal.wait_for(" tokens; ");
+    // Everything after the typed question, up to the usage line.
+    let rendered = &between(&screen, "the plan", "tokens;")[1..];
+    let snapshot_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/markdown_answer.txt");
+    let got = rendered.join("\n").trim_end().to_string() + "\n";
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&snapshot_path, &got).unwrap();
+    }
+    let expected = std::fs::read_to_string(&snapshot_path).unwrap();
+    assert_eq!(
+        got,
+        expected,
+        "rendered answer differs from {}",
+        snapshot_path.display()
+    );
+    let sent = model.requests()[0].body["messages"].clone();
+    let user = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "user")
+        .unwrap()["content"]
+        .clone();
+    assert_eq!(user, "show me\nthe plan");
+    terminal.press(&["C-d"]);
+    terminal.wait_for("[exit 0]");
 }
