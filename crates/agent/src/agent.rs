@@ -58,6 +58,9 @@ pub struct AgentOptions {
     pub retry: RetryPolicy,
     /// How many identical failing calls stop the loop.
     pub max_identical_failures: usize,
+    /// The model's context window in tokens, when known: near it, old tool results are
+    /// shortened instead of the request failing.
+    pub context_window: Option<usize>,
 }
 
 impl Default for AgentOptions {
@@ -71,6 +74,7 @@ impl Default for AgentOptions {
             max_result_chars: DEFAULT_MAX_RESULT_CHARS,
             retry: RetryPolicy::default(),
             max_identical_failures: 3,
+            context_window: None,
         }
     }
 }
@@ -266,6 +270,31 @@ impl<'a> Agent<'a> {
         self.router = router;
     }
 
+    /// Warns near the context window and shortens old tool results to stay under it.
+    fn fit_context(&self, conversation: &mut [Message], events: &UnboundedSender<AgentEvent>) {
+        let Some(window) = self.options.context_window else {
+            return;
+        };
+        let fixed = crate::context::estimate_text(&self.system_prompt())
+            + crate::context::estimate(&[], &self.tool_definitions());
+        let used = crate::context::estimate(conversation, &[]) + fixed;
+        if used * 10 < window * 8 {
+            return;
+        }
+        let trimmed = crate::context::trim_tool_results(conversation, window * 7 / 10, fixed);
+        let now = crate::context::estimate(conversation, &[]) + fixed;
+        let _ = events.send(AgentEvent::Notice {
+            message: format!(
+                "the conversation is near the model's context window (about {used} of {window} tokens){}",
+                if trimmed > 0 {
+                    format!("; shortened {trimmed} older tool results, now about {now}")
+                } else {
+                    "; /compact would free space".into()
+                }
+            ),
+        });
+    }
+
     fn tool_definitions(&self) -> Vec<ToolDefinition> {
         tool_definitions(&self.router)
     }
@@ -349,6 +378,7 @@ impl<'a> Agent<'a> {
                 });
                 record(conversation, update, events);
             }
+            self.fit_context(conversation, events);
             let request = self.request(conversation);
             let response = match self.call_model(&request, events, cancel).await {
                 Ok(response) => response,

@@ -95,6 +95,11 @@ pub trait Provider: Send + Sync {
     fn accepts_tool_images(&self) -> bool {
         false
     }
+
+    /// The model's context window in tokens, when the provider knows it.
+    fn context_window(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// A whole answer, collected from the stream.

@@ -210,6 +210,10 @@ impl Provider for LocalProvider {
         &self.name
     }
 
+    fn context_window(&self) -> Option<usize> {
+        Some(self.engine.context_size as usize)
+    }
+
     fn stream<'a>(
         &'a self,
         request: &'a ChatRequest,

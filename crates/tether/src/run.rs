@@ -138,6 +138,12 @@ pub(crate) async fn setup(
         },
         approval_rules,
         system_prompt: args.system_prompt.clone(),
+        // `"contextWindow"` in the config, else what the provider knows.
+        context_window: settings
+            .get("contextWindow")
+            .and_then(Value::as_u64)
+            .map(|n| n as usize)
+            .or_else(|| provider.context_window()),
         ..AgentOptions::default()
     };
     Ok(Setup {

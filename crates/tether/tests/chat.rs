@@ -303,3 +303,80 @@ fn markdown_answers_render_in_the_terminal_and_input_spans_lines_and_completes()
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
 }
+
+#[test]
+fn near_the_context_window_old_tool_results_are_shortened_not_lost() {
+    let dir = workdir("context");
+    let config = dir.join("tether.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({
+            "contextWindow": 3000,
+            "mcpServers": {"everything": {"command": test_support::npm_bin("mcp-server-everything"), "args": ["stdio"]}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let long = "word ".repeat(1200);
+    let arguments = serde_json::json!({ "message": long }).to_string();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "everything__echo", &arguments),
+            Reply::text("Echoed."),
+            Reply::text("Still here."),
+        ],
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "chat",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &model.base_url(),
+        ])
+        .current_dir(&dir)
+        .env("TETHER_DATA_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"echo a lot\nand now?\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("near the model's context window")
+            && stderr.contains("shortened 1 older tool results"),
+        "{stderr}"
+    );
+    let third = model.requests()[2].body["messages"].clone();
+    let tool = third
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        tool.contains("shortened to fit the context window"),
+        "{tool}"
+    );
+    // The session file keeps the whole result.
+    let sessions = std::fs::read_dir(dir.join("sessions")).unwrap();
+    let file = sessions.map(|e| e.unwrap().path()).next().unwrap();
+    let saved = std::fs::read_to_string(file).unwrap();
+    assert!(
+        saved.contains(&"word ".repeat(1000)),
+        "nothing is lost on disk"
+    );
+}
