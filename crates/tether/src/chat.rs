@@ -67,6 +67,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "/export",
         "FILE.md|FILE.json write the conversation to a file",
     ),
+    (
+        "/result",
+        "[N] the whole Nth-last tool result (default: the last)",
+    ),
     ("/quit", "leave (also Ctrl-D)"),
 ];
 
@@ -283,6 +287,8 @@ struct Chat<'a> {
     interactive: bool,
     args: ModelArgs,
     settings: Map<String, Value>,
+    /// Asks about tool calls; its "always" answers last the whole chat.
+    approver: TerminalApprover,
 }
 
 /// `tether chat [--resume [ID]]`.
@@ -292,6 +298,7 @@ pub async fn chat(
     args: ModelArgs,
     mut host: TerminalHost,
     resume: Option<Option<String>>,
+    config_file: Option<std::path::PathBuf>,
 ) -> Result<(), Failure> {
     let Setup {
         provider,
@@ -320,6 +327,9 @@ pub async fn chat(
         interactive,
         args,
         settings,
+        approver: TerminalApprover::remembering_in(
+            config_file.or_else(tether_mcp::config::user_config_path),
+        ),
     };
     let outcome = chat.main_loop(resume).await;
     registry.shutdown().await;
@@ -472,9 +482,8 @@ impl Chat<'_> {
         if let Ok(mut slot) = current.lock() {
             *slot = cancel.clone();
         }
-        let terminal = TerminalApprover::default();
         let approver: &dyn Approver = if self.interactive {
-            &terminal
+            &self.approver
         } else {
             &NonInteractive
         };
@@ -665,6 +674,27 @@ impl Chat<'_> {
                     eprintln!("warning: {error}");
                 }
                 eprintln!("added root {}", dir.display());
+            }
+            "/result" => {
+                let n: usize = if rest.is_empty() {
+                    1
+                } else {
+                    rest.parse()
+                        .map_err(|_| format!("/result {rest}: give a number, 1 for the last"))?
+                };
+                let found = self
+                    .conversation
+                    .iter()
+                    .rev()
+                    .filter_map(|m| match m {
+                        Message::Tool { name, content, .. } => Some((name, content)),
+                        _ => None,
+                    })
+                    .nth(n.saturating_sub(1));
+                match found {
+                    Some((name, content)) => eprintln!("{name}:\n{content}"),
+                    None => return Err("no such tool result in this conversation".into()),
+                }
             }
             "/clear" => {
                 self.conversation.clear();

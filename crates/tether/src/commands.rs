@@ -17,7 +17,7 @@ use crate::{Command, Failure, GlobalArgs};
 
 /// Runs one command to completion.
 pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
-    let (servers, settings) = server_configs(&global)?;
+    let (servers, settings, source) = server_configs(&global)?;
     let json = global.json;
     let roots = global
         .roots
@@ -44,7 +44,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
             let servers = with_builtin(servers)?;
             let host = host(&servers);
             let resume = resume.map(|id| Some(id).filter(|id| !id.is_empty()));
-            crate::chat::chat(servers, settings, model, host, resume).await
+            crate::chat::chat(servers, settings, model, host, resume, source).await
         }
         Command::Sessions { action } => {
             let export = action.map(|crate::SessionsAction::Export { id }| id);
@@ -137,18 +137,22 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
 
 /// The servers of this run: ad-hoc flags, plus the config file when it is named or when no
 /// ad-hoc server is given.
-fn server_configs(
-    global: &GlobalArgs,
-) -> Result<(Vec<ServerConfig>, serde_json::Map<String, Value>), Failure> {
+type Loaded = (
+    Vec<ServerConfig>,
+    serde_json::Map<String, Value>,
+    Option<std::path::PathBuf>,
+);
+
+fn server_configs(global: &GlobalArgs) -> Result<Loaded, Failure> {
     let adhoc = !global.stdio.is_empty() || !global.url.is_empty();
-    let (mut servers, settings) = if !adhoc || global.config.is_some() {
+    let (mut servers, settings, source) = if !adhoc || global.config.is_some() {
         let config = Config::discover(global.config.as_deref())?;
         for warning in &config.warnings {
             tracing::warn!("{warning}");
         }
-        (config.servers, config.settings)
+        (config.servers, config.settings, config.source)
     } else {
-        (Vec::new(), serde_json::Map::new())
+        (Vec::new(), serde_json::Map::new(), None)
     };
     let timeout = match global.timeout {
         Some(secs) if secs.is_finite() && secs > 0.0 => {
@@ -177,7 +181,7 @@ fn server_configs(
             server.startup_timeout = limit;
         }
     }
-    Ok((servers, settings))
+    Ok((servers, settings, source))
 }
 
 /// With no servers configured, `run` and `chat` get the built-in tools, spoken to over MCP

@@ -35,6 +35,7 @@ fn chat_command(dir: &Path, model: &ScriptedModel, extra: &str) -> String {
 fn env(dir: &Path) -> Vec<(&'static str, String)> {
     vec![
         ("TETHER_DATA_DIR", dir.display().to_string()),
+        ("XDG_CONFIG_HOME", dir.display().to_string()),
         ("NO_COLOR", "1".to_string()),
     ]
 }
@@ -71,19 +72,30 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
     terminal.press(&["Enter"]);
     terminal.wait_for("everything__trigger-long-running-operation  Demonstrates a long running");
 
-    // A tool that is not read-only asks; "s" approves every tool of that server.
+    // A tool that is not read-only asks; "r" allows it and remembers that in the config.
     terminal.type_text("run it");
     terminal.press(&["Enter"]);
-    terminal.wait_for("always for [s]erver \"everything\":");
-    terminal.type_text("s");
+    terminal.wait_for("always for [s]erver \"everything\" / [r]emember in the config:");
+    terminal.type_text("r");
     terminal.press(&["Enter"]);
     let screen = terminal.wait_for("Updates are on.");
     assert!(screen.contains("→ everything__toggle-subscriber-updates"));
     terminal.wait_for(" tokens; ");
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("tether/config.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        config["approval"]["allow"],
+        serde_json::json!(["everything__toggle-subscriber-updates"])
+    );
+    // The summarised result can be expanded.
+    terminal.type_text("/result");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("Client will receive updates for any resources");
 
     // History: Up recalls the last line.
     terminal.press(&["Up"]);
-    terminal.wait_for_count("you> run it", 2, Duration::from_secs(10));
+    terminal.wait_for_count("you> /result", 2, Duration::from_secs(10));
     terminal.press(&["C-u"]);
 
     // Ctrl-C during a long (read-only, so not asked) call cancels the turn, not the chat.
@@ -92,7 +104,7 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
     terminal.wait_for("(1/60)");
     terminal.press(&["C-c"]);
     terminal.wait_for("(cancelled)");
-    terminal.wait_for_count("you> ", 4, Duration::from_secs(10));
+    terminal.wait_for_count("you> ", 5, Duration::from_secs(10));
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
     drop(terminal);
