@@ -68,6 +68,24 @@ impl Terminal {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// The screen with its colours and styles as escape sequences.
+    pub fn screen_with_styles(&self) -> String {
+        let output = Command::new("tmux")
+            .args([
+                "-L",
+                &self.name,
+                "capture-pane",
+                "-p",
+                "-e",
+                "-J",
+                "-t",
+                &self.name,
+            ])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     /// Waits until `text` is on the screen (at least `count` times), or panics with the
     /// screen after `timeout`.
     pub fn wait_for_count(&self, text: &str, count: usize, timeout: Duration) -> String {

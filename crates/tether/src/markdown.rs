@@ -88,6 +88,11 @@ impl MarkdownStream {
         }
     }
 
+    /// Whether it styles with colour (errors next to it should too).
+    pub fn colored(&self) -> bool {
+        self.color
+    }
+
     /// Adds streamed text; returns the rendering of every line it completed.
     pub fn push(&mut self, text: &str) -> String {
         self.pending.push_str(text);

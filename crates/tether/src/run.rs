@@ -565,7 +565,12 @@ fn render_event(
                     }
                     let mark = if is_error { "✗" } else { "←" };
                     let first = result.lines().next().unwrap_or_default();
-                    eprintln!("{mark} {name} ({duration_ms} ms): {}", clip(first, 200));
+                    let line = format!("{mark} {name} ({duration_ms} ms): {}", clip(first, 200));
+                    if is_error && markdown.as_ref().is_some_and(|m| m.colored()) {
+                        eprintln!("\x1b[31m{line}\x1b[0m");
+                    } else {
+                        eprintln!("{line}");
+                    }
                 }
                 AgentEvent::ApprovalRequested { .. }
                 | AgentEvent::Usage { .. }

@@ -392,3 +392,173 @@ fn near_the_context_window_old_tool_results_are_shortened_not_lost() {
         "nothing is lost on disk"
     );
 }
+
+#[test]
+fn slash_commands_in_a_terminal() {
+    let dir = workdir("commands");
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::text("First answer."),
+            Reply::text("A short summary of the talk."),
+            Reply::text("After compacting."),
+        ],
+    );
+    let terminal = start(&dir, &chat_command(&dir, &model, ""));
+    terminal.wait_for("you> ");
+    terminal.type_text("/servers");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("everything: connected (2025-11-25");
+    terminal.type_text("/prompts");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("/prompt everything args-prompt city=… state=…");
+    terminal.type_text("/resources");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("@everything:demo://resource/static/document/architecture.md");
+    // Completion of an @server:uri mention.
+    terminal.type_text("read @everything:demo://resource/static/document/arch");
+    terminal.press(&["Tab"]);
+    terminal.wait_for("read @everything:demo://resource/static/document/architecture.md");
+    terminal.press(&["C-u"]);
+    terminal.type_text("/approve sometimes");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("/approve sometimes: use ask, auto or never");
+    terminal.type_text("/approve never");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("approval: never");
+    terminal.type_text("/system Answer in one sentence.");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("system prompt set");
+    terminal.type_text("hello");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("First answer.");
+    let system = model.requests()[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(system.contains("Answer in one sentence."), "{system}");
+    terminal.type_text("/usage");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("tokens this session (2 messages in context)");
+    terminal.type_text("/save demo-talk");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("session named \"demo-talk\"");
+    terminal.type_text("/sessions");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("[demo-talk]");
+    terminal.type_text("again");
+    terminal.press(&["Enter"]);
+    terminal.wait_for_count(" tokens; ", 1, Duration::from_secs(10));
+    terminal.type_text("/compact");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("compacted 2 earlier messages into a summary");
+    terminal.type_text("/export talk.md");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("wrote talk.md");
+    let exported = std::fs::read_to_string(dir.join("talk.md")).unwrap();
+    assert!(
+        exported.contains("[Summary of the earlier conversation]"),
+        "{exported}"
+    );
+    terminal.type_text("/model nowhere:thing");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("error: --model \"nowhere:thing\"");
+    terminal.type_text("/model openai:other-model");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("model: openai:other-model");
+    terminal.type_text("/clear");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("conversation cleared");
+    terminal.type_text("/quit");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("[exit 0]");
+    let sessions = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["sessions"])
+        .env("TETHER_DATA_DIR", &dir)
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&sessions.stdout);
+    assert!(
+        listing.contains("[demo-talk]") && listing.contains("openai:other-model"),
+        "{listing}"
+    );
+}
+
+#[test]
+fn plain_tether_in_a_terminal_starts_a_chat_and_a_pipe_gets_no_prompts() {
+    let dir = workdir("plain");
+    let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("piped answer")]);
+    let terminal = start(
+        &dir,
+        &format!(
+            "cd {} && TETHER_MODEL=openai:scripted {} --stdio '{}'",
+            dir.display(),
+            env!("CARGO_BIN_EXE_tether"),
+            everything_stdio()
+        ),
+    );
+    terminal.wait_for("tether chat with openai:scripted");
+    terminal.press(&["C-d"]);
+    terminal.wait_for("[exit 0]");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "--stdio",
+            &everything_stdio(),
+            "chat",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &model.base_url(),
+        ])
+        .current_dir(&dir)
+        .env("TETHER_DATA_DIR", &dir)
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"**hi**\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        stdout.trim(),
+        "piped answer",
+        "raw text, no styling: {stdout:?}"
+    );
+    assert!(
+        !stderr.contains("you>") && !stderr.contains('\x1b'),
+        "{stderr:?}"
+    );
+}
+
+#[test]
+fn colour_in_a_terminal_unless_no_color() {
+    for no_color in [false, true] {
+        let dir = workdir(if no_color { "no-color" } else { "color" });
+        let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("Some **bold** words.")]);
+        let mut env = vec![
+            ("TETHER_DATA_DIR", dir.display().to_string()),
+            ("TERM", "xterm-256color".to_string()),
+        ];
+        if no_color {
+            env.push(("NO_COLOR", "1".to_string()));
+        }
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let terminal = Terminal::start(&chat_command(&dir, &model, ""), &pairs);
+        terminal.wait_for("you> ");
+        terminal.type_text("style?");
+        terminal.press(&["Enter"]);
+        terminal.wait_for("Some bold words.");
+        let styled = terminal.screen_with_styles();
+        assert_eq!(
+            styled.contains("\x1b[1mbold"),
+            !no_color,
+            "NO_COLOR={no_color}: {styled:?}"
+        );
+        terminal.press(&["C-d"]);
+        terminal.wait_for("[exit 0]");
+    }
+}
