@@ -35,6 +35,16 @@ pub enum Reply {
         /// The calls.
         calls: Vec<(String, String, String)>,
     },
+    /// The first piece of `text`, then nothing for a minute: a stream the client must
+    /// cancel.
+    Stalled(String),
+    /// `reply`, after a pause (to see what the client shows while it waits).
+    Delayed {
+        /// The pause.
+        after: Duration,
+        /// What then comes.
+        reply: Box<Reply>,
+    },
     /// A raw HTTP response, for errors.
     Http {
         /// Status code.
@@ -186,7 +196,15 @@ fn serve(stream: TcpStream, wire: Wire, log: &Mutex<Vec<Recorded>>, script: &Scr
         headers,
         body,
     });
-    let reply = script.lock().expect("lock").next();
+    let mut reply = script.lock().expect("lock").next();
+    if let Some(Reply::Delayed {
+        after,
+        reply: later,
+    }) = reply
+    {
+        std::thread::sleep(after);
+        reply = Some(*later);
+    }
     let mut out = stream;
     match reply {
         None => write_plain(
@@ -238,7 +256,22 @@ fn write_stream(out: &mut TcpStream, wire: Wire, reply: &Reply) {
     let (text, calls) = match reply {
         Reply::Text(text) => (text.clone(), Vec::new()),
         Reply::ToolCalls { text, calls } => (text.clone(), calls.clone()),
-        Reply::Http { .. } => return,
+        Reply::Stalled(text) => {
+            let frames = match wire {
+                Wire::OpenAi => openai_frames(text, &[]),
+                Wire::Anthropic => anthropic_frames(text, &[]),
+                Wire::Ollama => ollama_frames(text, &[]),
+            };
+            // The opening frames and the first piece, then silence until the client leaves.
+            for frame in frames.iter().take(2) {
+                if out.write_all(frame.as_bytes()).is_err() || out.flush().is_err() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_secs(60));
+            return;
+        }
+        Reply::Http { .. } | Reply::Delayed { .. } => return,
     };
     let frames = match wire {
         Wire::OpenAi => openai_frames(&text, &calls),

@@ -562,3 +562,40 @@ fn colour_in_a_terminal_unless_no_color() {
         terminal.wait_for("[exit 0]");
     }
 }
+
+#[test]
+fn a_spinner_while_waiting_and_ctrl_c_in_the_middle_of_a_streamed_answer() {
+    let dir = workdir("stream");
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::Delayed {
+                after: Duration::from_millis(1500),
+                reply: Box::new(Reply::text("Worth the wait.")),
+            },
+            // The first piece is one whole line ("Go on"), which the Markdown view shows.
+            Reply::Stalled("Go on\nand on and on".into()),
+            Reply::text("Back again."),
+        ],
+    );
+    let terminal = start(&dir, &chat_command(&dir, &model, ""));
+    terminal.wait_for("you> ");
+    terminal.type_text("slow one");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("waiting for the model");
+    let screen = terminal.wait_for("Worth the wait.");
+    assert!(
+        !screen.contains("waiting for the model"),
+        "the spinner is erased: {screen}"
+    );
+    terminal.type_text("endless one");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("Go on");
+    terminal.press(&["C-c"]);
+    terminal.wait_for("(cancelled)");
+    terminal.type_text("still there?");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("Back again.");
+    terminal.press(&["C-d"]);
+    terminal.wait_for("[exit 0]");
+}
