@@ -443,9 +443,9 @@ impl Chat<'_> {
             });
         }
         eprintln!(
-            "resumed session {} ({} turns{})",
+            "resumed session {} ({}{})",
             loaded.id,
-            loaded.turns,
+            turns(loaded.turns),
             if loaded.interrupted {
                 ", the last one interrupted"
             } else {
@@ -829,10 +829,10 @@ pub fn session_line(loaded: &Loaded) -> String {
         .map(|n| format!(" [{n}]"))
         .unwrap_or_default();
     format!(
-        "{}{name}  {date}  {}  {} turns{}  {}",
+        "{}{name}  {date}  {}  {}{}  {}",
         loaded.id,
         loaded.model,
-        loaded.turns,
+        turns(loaded.turns),
         if loaded.interrupted {
             " (interrupted)"
         } else {
@@ -840,6 +840,14 @@ pub fn session_line(loaded: &Loaded) -> String {
         },
         clip(&loaded.title(), 60)
     )
+}
+
+fn turns(n: usize) -> String {
+    if n == 1 {
+        "1 turn".into()
+    } else {
+        format!("{n} turns")
+    }
 }
 
 /// Prints a resumed conversation so the user sees where they left off.
