@@ -469,6 +469,12 @@ fn slash_commands_in_a_terminal() {
     terminal.type_text("/clear");
     terminal.press(&["Enter"]);
     terminal.wait_for("conversation cleared");
+    terminal.type_text("/resume nope");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("no session \"nope\"");
+    terminal.type_text("/resume demo-talk");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("resumed session");
     terminal.type_text("/quit");
     terminal.press(&["Enter"]);
     terminal.wait_for("[exit 0]");
