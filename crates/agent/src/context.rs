@@ -100,9 +100,9 @@ mod tests {
         ];
         let before = estimate(&messages, &[]);
         assert!(before > 3000);
-        let trimmed = trim_tool_results(&mut messages, 2200, 0);
+        let trimmed = trim_tool_results(&mut messages, 1500, 0);
         assert_eq!(trimmed, 2);
-        assert!(estimate(&messages, &[]) <= 2200);
+        assert!(estimate(&messages, &[]) <= 1500);
         let Message::Tool { content, .. } = &messages[5] else {
             panic!()
         };
