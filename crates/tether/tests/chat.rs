@@ -605,3 +605,45 @@ fn a_spinner_while_waiting_and_ctrl_c_in_the_middle_of_a_streamed_answer() {
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
 }
+
+#[test]
+fn completion_of_tools_servers_and_prompts_and_errors_in_red() {
+    let dir = workdir("complete");
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "everything__get-sum", r#"{"a": "two", "b": 3}"#),
+            Reply::text("That failed."),
+        ],
+    );
+    let env = [
+        ("TETHER_DATA_DIR", dir.display().to_string()),
+        ("TERM", "xterm-256color".to_string()),
+    ];
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let terminal = Terminal::start(&chat_command(&dir, &model, "--approve auto"), &pairs);
+    terminal.wait_for("you> ");
+    terminal.type_text("/tools everything__get-su");
+    terminal.press(&["Tab"]);
+    terminal.wait_for("you> /tools everything__get-sum");
+    terminal.press(&["C-u"]);
+    terminal.type_text("/prompt ever");
+    terminal.press(&["Tab"]);
+    terminal.wait_for("you> /prompt everything");
+    terminal.type_text(" args-");
+    terminal.press(&["Tab"]);
+    terminal.wait_for("you> /prompt everything args-prompt");
+    terminal.press(&["C-u"]);
+    // A failing call is shown in red (the model sent a string where a number belongs, so
+    // the call is refused before it reaches the server).
+    terminal.type_text("add");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("That failed.");
+    let styled = terminal.screen_with_styles();
+    assert!(
+        styled.contains("\x1b[31m✗ everything__get-sum"),
+        "{styled:?}"
+    );
+    terminal.press(&["C-d"]);
+    terminal.wait_for("[exit 0]");
+}
