@@ -1163,3 +1163,60 @@ fn a_modern_server_elicits_and_samples_with_tools_in_multi_round_trip_calls() {
         "{tool}"
     );
 }
+
+#[test]
+fn a_modern_server_gets_the_log_level_per_request_and_updates_on_a_listen_stream() {
+    let server = HttpServer::modern();
+    let dir = workdir("modern-listen");
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "modern__bump", "{}"),
+            Reply::text("It went up."),
+        ],
+    );
+    let url = format!("modern={}", server.url);
+    let base = model.base_url();
+    let output = tether(
+        &dir,
+        &[
+            "--url",
+            &url,
+            "run",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+            "Watch @modern:note://counter and bump it.",
+        ],
+    );
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    // A 2026-07-28 server only logs to clients that send a level with the request.
+    assert!(
+        stderr.contains("[modern] info: bumped the counter"),
+        "{stderr}"
+    );
+    let requests = model.requests();
+    assert!(
+        requests[0].body["messages"]
+            .to_string()
+            .contains("count: 0"),
+        "the resource is attached"
+    );
+    let update = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        update.starts_with("[update] The resource note://counter on server \"modern\" changed.")
+            && update.contains("count: 1"),
+        "{update}"
+    );
+}
