@@ -38,6 +38,13 @@ pub struct Root {
 }
 
 impl Root {
+    /// The working directory as the only root (the default), or none if it is unreadable.
+    pub fn working_directory() -> Vec<Root> {
+        std::env::current_dir()
+            .map(|dir| vec![Root::directory(&dir)])
+            .unwrap_or_default()
+    }
+
     /// The root for a local directory.
     pub fn directory(path: &Path) -> Root {
         Root {
@@ -146,9 +153,7 @@ pub struct HeadlessHost;
 
 impl HostHandler for HeadlessHost {
     fn roots(&self) -> Vec<Root> {
-        std::env::current_dir()
-            .map(|dir| vec![Root::directory(&dir)])
-            .unwrap_or_default()
+        Root::working_directory()
     }
 
     fn sample<'a>(

@@ -44,6 +44,14 @@ fn require(path: PathBuf) -> PathBuf {
     path
 }
 
+/// A fresh, empty directory for one test: `$TMPDIR/tether-<suite>-<pid>-<test>`.
+pub fn scratch_dir(suite: &str, test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tether-{suite}-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the temp dir is writable");
+    dir
+}
+
 /// A program installed by npm in `peers/node_modules/.bin`.
 pub fn npm_bin(name: &str) -> PathBuf {
     require(workspace_root().join("peers/node_modules/.bin").join(name))

@@ -633,12 +633,8 @@ impl Chat<'_> {
                         .map_err(|f| f.message.unwrap_or_else(|| "cannot switch".into()))?;
                     self.provider = Arc::from(provider);
                     self.spec = rest.to_string();
-                    self.options.context_window = self
-                        .settings
-                        .get("contextWindow")
-                        .and_then(Value::as_u64)
-                        .map(|n| n as usize)
-                        .or_else(|| self.provider.context_window());
+                    self.options.context_window =
+                        crate::run::context_window(&self.settings, self.provider.as_ref());
                     self.save(Record::Model {
                         model: rest.to_string(),
                     });

@@ -20,9 +20,7 @@ struct ScriptedHost;
 
 impl HostHandler for ScriptedHost {
     fn roots(&self) -> Vec<Root> {
-        std::env::current_dir()
-            .map(|dir| vec![Root::directory(&dir)])
-            .unwrap_or_default()
+        Root::working_directory()
     }
 
     fn sample<'a>(

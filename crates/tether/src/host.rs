@@ -70,9 +70,7 @@ impl TerminalHost {
     pub fn new(servers: &[ServerConfig], roots: Vec<Root>, log_level: usize) -> TerminalHost {
         use std::io::IsTerminal;
         let roots = if roots.is_empty() {
-            std::env::current_dir()
-                .map(|dir| vec![Root::directory(&dir)])
-                .unwrap_or_default()
+            Root::working_directory()
         } else {
             roots
         };

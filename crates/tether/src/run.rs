@@ -138,12 +138,7 @@ pub(crate) async fn setup(
         },
         approval_rules,
         system_prompt: args.system_prompt.clone(),
-        // `"contextWindow"` in the config, else what the provider knows.
-        context_window: settings
-            .get("contextWindow")
-            .and_then(Value::as_u64)
-            .map(|n| n as usize)
-            .or_else(|| provider.context_window()),
+        context_window: context_window(settings, provider.as_ref()),
         ..AgentOptions::default()
     };
     Ok(Setup {
@@ -151,6 +146,18 @@ pub(crate) async fn setup(
         options,
         spec,
     })
+}
+
+/// `"contextWindow"` in the config, else what the provider knows.
+pub(crate) fn context_window(
+    settings: &Map<String, Value>,
+    provider: &dyn Provider,
+) -> Option<usize> {
+    settings
+        .get("contextWindow")
+        .and_then(Value::as_u64)
+        .map(|n| n as usize)
+        .or_else(|| provider.context_window())
 }
 
 /// The provider for `provider:model` (or `local`), with `--base-url` / `"baseUrl"` applied.
@@ -433,150 +440,139 @@ pub(crate) fn spawn_styled_renderer(
 ) {
     let (tx, mut rx) = mpsc::unbounded_channel::<AgentEvent>();
     let handle = tokio::spawn(async move {
-        let mut stdout = std::io::stdout();
-        let mut bars: std::collections::HashMap<String, ProgressBar> = Default::default();
-        let mut markdown = style.markdown.map(crate::markdown::MarkdownStream::new);
-        let mut flush_markdown = |markdown: &mut Option<crate::markdown::MarkdownStream>| {
-            if let Some(md) = markdown {
-                let mut stdout = std::io::stdout();
-                let _ = write!(stdout, "{}", md.finish());
-                let _ = stdout.flush();
-            }
+        let mut view = EventView {
+            json,
+            session,
+            stdout: std::io::stdout(),
+            bars: Default::default(),
+            markdown: style.markdown.map(crate::markdown::MarkdownStream::new),
         };
-        if style.spinner {
-            // Until the model's first event: a spinner on stderr, erased when it comes.
-            const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
-            let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
-            let mut frame = 0;
-            let first = loop {
-                tokio::select! {
-                    event = rx.recv() => break event,
-                    _ = tick.tick() => {
-                        eprint!("\r{} waiting for the model", FRAMES[frame % FRAMES.len()]);
-                        frame += 1;
-                    }
-                }
-            };
-            eprint!("\r\x1b[2K");
-            let Some(first) = first else { return };
-            let mut pending = Some(first);
-            while let Some(event) = match pending.take() {
-                Some(event) => Some(event),
-                None => rx.recv().await,
-            } {
-                render_event(
-                    event,
-                    json,
-                    &session,
-                    &mut bars,
-                    &mut markdown,
-                    &mut flush_markdown,
-                    &mut stdout,
-                );
-            }
+        let mut next = if style.spinner {
+            spin_until_first(&mut rx).await
         } else {
-            while let Some(event) = rx.recv().await {
-                render_event(
-                    event,
-                    json,
-                    &session,
-                    &mut bars,
-                    &mut markdown,
-                    &mut flush_markdown,
-                    &mut stdout,
-                );
-            }
+            rx.recv().await
+        };
+        while let Some(event) = next {
+            view.show(event);
+            next = rx.recv().await;
         }
-        flush_markdown(&mut markdown);
+        view.flush_markdown();
     });
     (tx, handle)
 }
 
-/// Shows (or records) one event.
-fn render_event(
-    event: AgentEvent,
+/// Until the model's first event: a spinner on stderr, erased when the event comes.
+async fn spin_until_first(rx: &mut mpsc::UnboundedReceiver<AgentEvent>) -> Option<AgentEvent> {
+    const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    let mut frame = 0;
+    let first = loop {
+        tokio::select! {
+            event = rx.recv() => break event,
+            _ = tick.tick() => {
+                eprint!("\r{} waiting for the model", FRAMES[frame % FRAMES.len()]);
+                frame += 1;
+            }
+        }
+    };
+    eprint!("\r\x1b[2K");
+    first
+}
+
+/// What one turn's events look like on the terminal (or as JSON lines), and where its
+/// messages are saved.
+struct EventView {
     json: bool,
-    session: &Option<Arc<Mutex<SessionLog>>>,
-    bars: &mut std::collections::HashMap<String, ProgressBar>,
-    markdown: &mut Option<crate::markdown::MarkdownStream>,
-    flush_markdown: &mut impl FnMut(&mut Option<crate::markdown::MarkdownStream>),
-    stdout: &mut std::io::Stdout,
-) {
-    {
-        {
-            if let AgentEvent::MessageAdded { message } = &event {
-                if let Some(log) = session
-                    && let Ok(mut log) = log.lock()
-                    && let Err(error) = log.append(&Record::Message {
-                        message: message.clone(),
-                    })
-                {
-                    eprintln!("warning: cannot save the session: {error}");
-                }
-                return;
+    session: Option<Arc<Mutex<SessionLog>>>,
+    stdout: std::io::Stdout,
+    bars: std::collections::HashMap<String, ProgressBar>,
+    markdown: Option<crate::markdown::MarkdownStream>,
+}
+
+impl EventView {
+    /// Prints the rest of a Markdown answer held back for its line to end.
+    fn flush_markdown(&mut self) {
+        if let Some(md) = &mut self.markdown {
+            let _ = write!(self.stdout, "{}", md.finish());
+            let _ = self.stdout.flush();
+        }
+    }
+
+    /// Shows (or records) one event.
+    fn show(&mut self, event: AgentEvent) {
+        if let AgentEvent::MessageAdded { message } = &event {
+            if let Some(log) = &self.session
+                && let Ok(mut log) = log.lock()
+                && let Err(error) = log.append(&Record::Message {
+                    message: message.clone(),
+                })
+            {
+                eprintln!("warning: cannot save the session: {error}");
             }
-            if json {
-                let _ = writeln!(
-                    stdout,
-                    "{}",
-                    serde_json::to_string(&event).unwrap_or_default()
-                );
-                return;
+            return;
+        }
+        if self.json {
+            let _ = writeln!(
+                self.stdout,
+                "{}",
+                serde_json::to_string(&event).unwrap_or_default()
+            );
+            return;
+        }
+        match event {
+            AgentEvent::TextDelta { text } => {
+                let shown = match &mut self.markdown {
+                    Some(md) => md.push(&text),
+                    None => text,
+                };
+                let _ = write!(self.stdout, "{shown}");
+                let _ = self.stdout.flush();
             }
-            match event {
-                AgentEvent::TextDelta { text } => {
-                    let shown = match markdown {
-                        Some(md) => md.push(&text),
-                        None => text,
-                    };
-                    let _ = write!(stdout, "{shown}");
-                    let _ = stdout.flush();
-                }
-                AgentEvent::ToolCallStarted {
-                    name, arguments, ..
-                } => {
-                    flush_markdown(markdown);
-                    eprintln!("→ {name} {}", clip(&arguments.to_string(), 200));
-                }
-                AgentEvent::ToolProgress {
-                    id,
-                    name,
-                    progress,
-                    total,
-                    message,
-                } => {
-                    bars.entry(id)
-                        .or_insert_with(|| ProgressBar::new(&name))
-                        .update(&tether_mcp::Progress {
-                            progress,
-                            total,
-                            message,
-                        });
-                }
-                AgentEvent::ToolCallFinished {
-                    id,
-                    name,
-                    is_error,
-                    result,
-                    duration_ms,
-                } => {
-                    if let Some(mut bar) = bars.remove(&id) {
-                        bar.finish();
-                    }
-                    let mark = if is_error { "✗" } else { "←" };
-                    let first = result.lines().next().unwrap_or_default();
-                    let line = format!("{mark} {name} ({duration_ms} ms): {}", clip(first, 200));
-                    if is_error && markdown.as_ref().is_some_and(|m| m.colored()) {
-                        eprintln!("\x1b[31m{line}\x1b[0m");
-                    } else {
-                        eprintln!("{line}");
-                    }
-                }
-                AgentEvent::ApprovalRequested { .. }
-                | AgentEvent::Usage { .. }
-                | AgentEvent::MessageAdded { .. } => {}
-                AgentEvent::Notice { message } => eprintln!("note: {message}"),
+            AgentEvent::ToolCallStarted {
+                name, arguments, ..
+            } => {
+                self.flush_markdown();
+                eprintln!("→ {name} {}", clip(&arguments.to_string(), 200));
             }
+            AgentEvent::ToolProgress {
+                id,
+                name,
+                progress,
+                total,
+                message,
+            } => {
+                self.bars
+                    .entry(id)
+                    .or_insert_with(|| ProgressBar::new(&name))
+                    .update(&tether_mcp::Progress {
+                        progress,
+                        total,
+                        message,
+                    });
+            }
+            AgentEvent::ToolCallFinished {
+                id,
+                name,
+                is_error,
+                result,
+                duration_ms,
+            } => {
+                if let Some(mut bar) = self.bars.remove(&id) {
+                    bar.finish();
+                }
+                let mark = if is_error { "✗" } else { "←" };
+                let first = result.lines().next().unwrap_or_default();
+                let line = format!("{mark} {name} ({duration_ms} ms): {}", clip(first, 200));
+                if is_error && self.markdown.as_ref().is_some_and(|m| m.colored()) {
+                    eprintln!("\x1b[31m{line}\x1b[0m");
+                } else {
+                    eprintln!("{line}");
+                }
+            }
+            AgentEvent::ApprovalRequested { .. }
+            | AgentEvent::Usage { .. }
+            | AgentEvent::MessageAdded { .. } => {}
+            AgentEvent::Notice { message } => eprintln!("note: {message}"),
         }
     }
 }

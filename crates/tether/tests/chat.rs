@@ -15,10 +15,20 @@ use test_support::model::{Reply, ScriptedModel, Wire};
 use test_support::terminal::Terminal;
 
 fn workdir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tether-chat-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    test_support::scratch_dir("chat", test)
+}
+
+/// Starts `tether ARGS` in `dir`, with its own data dir and piped standard streams.
+fn spawn_in(dir: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .current_dir(dir)
+        .env("TETHER_DATA_DIR", dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// `tether … chat …` as a shell command line for the terminal.
@@ -134,8 +144,9 @@ fn a_session_survives_kill_9_during_a_tool_call_and_resumes_with_every_turn() {
             Reply::text("Welcome back; the operation was interrupted."),
         ],
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args([
+    let mut child = spawn_in(
+        &dir,
+        &[
             "--stdio",
             &everything_stdio(),
             "chat",
@@ -145,14 +156,8 @@ fn a_session_survives_kill_9_during_a_tool_call_and_resumes_with_every_turn() {
             "openai:scripted",
             "--base-url",
             &model.base_url(),
-        ])
-        .current_dir(&dir)
-        .env("TETHER_DATA_DIR", &dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
@@ -188,8 +193,9 @@ fn a_session_survives_kill_9_during_a_tool_call_and_resumes_with_every_turn() {
     assert_eq!(sessions[0]["title"], "hi");
 
     // Resuming shows every earlier turn, marks the interrupted one, and goes on.
-    let resumed = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args([
+    let resumed = spawn_in(
+        &dir,
+        &[
             "--stdio",
             &everything_stdio(),
             "chat",
@@ -198,14 +204,8 @@ fn a_session_survives_kill_9_during_a_tool_call_and_resumes_with_every_turn() {
             "openai:scripted",
             "--base-url",
             &model.base_url(),
-        ])
-        .current_dir(&dir)
-        .env("TETHER_DATA_DIR", &dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let mut resumed_stdin = resumed.stdin.as_ref().unwrap();
     resumed_stdin.write_all(b"are you there?\n").unwrap();
     let output = resumed.wait_with_output().unwrap();
@@ -339,8 +339,9 @@ fn near_the_context_window_old_tool_results_are_shortened_not_lost() {
             Reply::text("Still here."),
         ],
     );
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args([
+    let mut child = spawn_in(
+        &dir,
+        &[
             "--config",
             config.to_str().unwrap(),
             "chat",
@@ -348,14 +349,8 @@ fn near_the_context_window_old_tool_results_are_shortened_not_lost() {
             "openai:scripted",
             "--base-url",
             &model.base_url(),
-        ])
-        .current_dir(&dir)
-        .env("TETHER_DATA_DIR", &dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     child
         .stdin
         .take()

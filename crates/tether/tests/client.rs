@@ -15,10 +15,7 @@ use test_support::{HttpServer, everything_stdio, fixture, npm_bin};
 
 /// A fresh working directory for one test.
 fn workdir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tether-client-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    test_support::scratch_dir("client", test)
 }
 
 fn tether(dir: &Path, args: &[&str]) -> Output {
@@ -31,6 +28,19 @@ fn tether(dir: &Path, args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("tether runs")
+}
+
+/// Starts `tether ARGS` in `dir`, with its own data dir and piped standard streams.
+fn spawn_in(dir: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .current_dir(dir)
+        .env("TETHER_DATA_DIR", dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -853,8 +863,9 @@ fn completion_and_prompts_in_chat() {
     // `/prompt` in chat expands the server's prompt into the conversation and answers it.
     let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("Paris is lovely.")]);
     let base = model.base_url();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args([
+    let mut child = spawn_in(
+        &dir,
+        &[
             "--stdio",
             &everything,
             "chat",
@@ -862,14 +873,8 @@ fn completion_and_prompts_in_chat() {
             "openai:scripted",
             "--base-url",
             &base,
-        ])
-        .current_dir(&dir)
-        .env("TETHER_DATA_DIR", &dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     child
         .stdin
         .take()
@@ -921,8 +926,9 @@ fn a_restarted_http_server_gets_a_new_session_transparently() {
         ],
     );
     let base = model.base_url();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args([
+    let mut child = spawn_in(
+        &dir,
+        &[
             "--config",
             config.to_str().unwrap(),
             "--timeout",
@@ -934,14 +940,8 @@ fn a_restarted_http_server_gets_a_new_session_transparently() {
             "openai:scripted",
             "--base-url",
             &base,
-        ])
-        .current_dir(&dir)
-        .env("TETHER_DATA_DIR", &dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     stdin.write_all(b"add one and two\n").unwrap();
@@ -1044,8 +1044,9 @@ fn a_root_added_in_chat_is_announced_and_the_server_asks_again() {
         ],
     );
     let base = model.base_url();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args([
+    let mut child = spawn_in(
+        &dir,
+        &[
             "--stdio",
             &everything,
             "chat",
@@ -1055,14 +1056,8 @@ fn a_root_added_in_chat_is_announced_and_the_server_asks_again() {
             "openai:scripted",
             "--base-url",
             &base,
-        ])
-        .current_dir(&dir)
-        .env("TETHER_DATA_DIR", &dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let mut stdin = child.stdin.take().unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
     stdin.write_all(b"/root /srv/gamma\n").unwrap();
