@@ -642,3 +642,55 @@ fn completion_of_tools_servers_and_prompts_and_errors_in_red() {
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
 }
+
+#[test]
+fn prompts_roots_and_context_in_a_terminal() {
+    let dir = workdir("terminal-context");
+    let config = dir.join("tether.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({
+            "contextWindow": 3000,
+            "mcpServers": {"everything": {"command": test_support::npm_bin("mcp-server-everything"), "args": ["stdio"]}}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let long = "word ".repeat(1200);
+    let arguments = serde_json::json!({ "message": long }).to_string();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::text("Paris it is."),
+            Reply::call("c1", "everything__echo", &arguments),
+            Reply::text("Echoed."),
+            Reply::text("Still here."),
+        ],
+    );
+    let command = format!(
+        "cd {} && {} --config {} chat --model openai:scripted --base-url {}",
+        dir.display(),
+        env!("CARGO_BIN_EXE_tether"),
+        config.display(),
+        model.base_url()
+    );
+    let terminal = start(&dir, &command);
+    terminal.wait_for("you> ");
+    terminal.type_text("/prompt everything args-prompt city=Paris");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("Paris it is.");
+    let prompt = model.requests()[0].body["messages"].to_string();
+    assert!(prompt.contains("Paris"), "{prompt}");
+    terminal.type_text("/root /srv/delta");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("added root /srv/delta");
+    terminal.type_text("echo a lot");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("Echoed.");
+    terminal.type_text("and now?");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("shortened 1 older tool results");
+    terminal.wait_for("Still here.");
+    terminal.press(&["C-d"]);
+    terminal.wait_for("[exit 0]");
+}
