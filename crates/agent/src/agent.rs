@@ -11,18 +11,23 @@ use futures::StreamExt;
 use futures::future::{BoxFuture, join_all};
 use serde::Serialize;
 use serde_json::Value;
+use std::sync::Arc;
 use tether_llm::{
     ChatRequest, ChatResponse, LlmError, Provider, ResponseBuilder, RetryPolicy, StreamEvent,
     ToolChoice,
 };
+
+use tether_catalog::{
+    ApprovalMode, ApprovalRules, Decision, META_TOOL, Resolved, SEARCH_TOOL, SelectionMode,
+    Snapshot, ToolCatalog, ToolSelection, decide, schema_problems,
+};
+use tether_mcp::ServerRegistry;
 use tether_mcp::error::near_matches;
-use tether_mcp::{ServerRegistry, ToolRouter};
 use tether_protocol::chat::{Message, ToolCall, ToolDefinition, Usage};
 use tether_protocol::{QualifiedTool, ToolResult};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{ApprovalMode, ApprovalRules, Decision, decide};
 use crate::prompt_mode::{parse_tool_calls, render_history, tools_prompt};
 use crate::results::{DEFAULT_MAX_RESULT_CHARS, result_for_model, truncate};
 
@@ -144,6 +149,17 @@ pub enum AgentEvent {
         /// The message.
         message: Message,
     },
+    /// Tools were loaded into the conversation (search mode): pre-selected for the user's
+    /// message, or found by the model's `search_tools` call.
+    ToolsLoaded {
+        /// Qualified names, in load order.
+        names: Vec<String>,
+        /// `"preselected"` or `"search"`.
+        reason: String,
+        /// The search query, for searches.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        query: Option<String>,
+    },
     /// Something the user should know (a retry, a mode switch).
     Notice {
         /// One line.
@@ -211,18 +227,24 @@ pub enum AgentError {
 pub struct Agent<'a> {
     provider: &'a dyn Provider,
     registry: &'a ServerRegistry,
-    router: ToolRouter,
+    catalog: ToolCatalog,
+    selection: Arc<dyn ToolSelection>,
     approver: &'a dyn Approver,
     options: AgentOptions,
     prompt_mode: bool,
 }
 
-/// One call after the checks: either runnable, or already answered with an error.
+/// One call after the checks: runnable, answered by the tool selection (a search), or
+/// already answered with an error.
 enum Checked {
     Run {
         call: ToolCall,
         tool: Box<QualifiedTool>,
         arguments: Value,
+    },
+    Answered {
+        call: ToolCall,
+        text: String,
     },
     Refused {
         call: ToolCall,
@@ -231,11 +253,14 @@ enum Checked {
 }
 
 impl<'a> Agent<'a> {
-    /// A loop over `registry`'s tools as routed by `router`.
+    /// A loop over `registry`'s servers, offering the tools of `catalog` as `selection`
+    /// decides. The catalogue and the selection are shared handles: a chat keeps them across
+    /// turns, so tools loaded by a search and a refreshed catalogue outlive one turn.
     pub fn new(
         provider: &'a dyn Provider,
         registry: &'a ServerRegistry,
-        router: ToolRouter,
+        catalog: ToolCatalog,
+        selection: Arc<dyn ToolSelection>,
         approver: &'a dyn Approver,
         options: AgentOptions,
     ) -> Agent<'a> {
@@ -243,7 +268,8 @@ impl<'a> Agent<'a> {
         Agent {
             provider,
             registry,
-            router,
+            catalog,
+            selection,
             approver,
             options,
             prompt_mode,
@@ -255,28 +281,38 @@ impl<'a> Agent<'a> {
         self.prompt_mode
     }
 
-    /// Re-lists every server's tools after one announced a change, so the next model request
-    /// sees the current catalogue.
+    /// Re-lists the servers that announced a change, so the next model request (of this turn
+    /// and of every later one sharing the catalogue) sees their current tools.
     async fn refresh_tools(&mut self, events: &UnboundedSender<AgentEvent>) {
-        let (router, errors) = self.registry.tool_router().await;
-        for error in errors {
+        let Some(refresh) = self.catalog.refresh(self.registry).await else {
+            return;
+        };
+        for error in refresh.errors {
             let _ = events.send(AgentEvent::Notice {
                 message: format!("could not refresh tools: {error}"),
             });
         }
         let _ = events.send(AgentEvent::Notice {
-            message: format!("tools changed; {} now offered", router.tools().len()),
+            message: format!(
+                "tools changed on {}; {} now in the catalogue",
+                refresh.servers.join(", "),
+                self.catalog.snapshot().tools().len()
+            ),
         });
-        self.router = router;
     }
 
     /// Warns near the context window and shortens old tool results to stay under it.
-    fn fit_context(&self, conversation: &mut [Message], events: &UnboundedSender<AgentEvent>) {
+    fn fit_context(
+        &self,
+        conversation: &mut [Message],
+        offered: &[ToolDefinition],
+        events: &UnboundedSender<AgentEvent>,
+    ) {
         let Some(window) = self.options.context_window else {
             return;
         };
-        let fixed = crate::context::estimate_text(&self.system_prompt())
-            + crate::context::estimate(&[], &self.tool_definitions());
+        let fixed = crate::context::estimate_text(&self.system_prompt_with(offered))
+            + crate::context::estimate(&[], offered);
         let used = crate::context::estimate(conversation, &[]) + fixed;
         if used * 10 < window * 8 {
             return;
@@ -295,13 +331,15 @@ impl<'a> Agent<'a> {
         });
     }
 
-    fn tool_definitions(&self) -> Vec<ToolDefinition> {
-        tool_definitions(&self.router)
+    /// The system prompt with the tools currently offered.
+    pub fn system_prompt(&self) -> String {
+        let offered = self.selection.offer(&self.catalog.snapshot());
+        self.system_prompt_with(&offered)
     }
 
     /// The system prompt: a usage guide, each server's instructions, the user's own prompt,
     /// and in prompt mode the tool list.
-    pub fn system_prompt(&self) -> String {
+    fn system_prompt_with(&self, offered: &[ToolDefinition]) -> String {
         let mut text = String::from(
             "You are a helpful assistant with access to tools from MCP servers. Use a tool when it helps answer \
              accurately; pass arguments that match its schema; if a tool returns an error, read it and fix the call \
@@ -326,15 +364,21 @@ impl<'a> Agent<'a> {
             text.push_str("\n\n");
             text.push_str(own);
         }
-        if self.prompt_mode && !self.router.tools().is_empty() {
+        if offered.iter().any(|d| d.name == SEARCH_TOOL) {
+            text.push_str(
+                "\n\nMore tools exist than are loaded: when none of the loaded tools fits, call search_tools \
+                 to find and load one, then call it.",
+            );
+        }
+        if self.prompt_mode && !offered.is_empty() {
             text.push_str("\n\n");
-            text.push_str(&tools_prompt(&self.tool_definitions()));
+            text.push_str(&tools_prompt(offered));
         }
         text
     }
 
-    fn request(&self, conversation: &[Message]) -> ChatRequest {
-        let mut messages = vec![Message::system(self.system_prompt())];
+    fn request(&self, conversation: &[Message], offered: Vec<ToolDefinition>) -> ChatRequest {
+        let mut messages = vec![Message::system(self.system_prompt_with(&offered))];
         if self.prompt_mode {
             messages.extend(render_history(conversation));
         } else {
@@ -343,7 +387,7 @@ impl<'a> Agent<'a> {
         let tools = if self.prompt_mode {
             Vec::new()
         } else {
-            self.tool_definitions()
+            offered
         };
         ChatRequest {
             messages,
@@ -365,10 +409,19 @@ impl<'a> Agent<'a> {
         let mut usage = Usage::default();
         let mut failures: HashMap<(String, String), usize> = HashMap::new();
         let mut step = 0;
-        while step < self.options.max_steps {
-            if self.registry.tools_changed() {
-                self.refresh_tools(events).await;
+        self.refresh_tools(events).await;
+        if let Some(Message::User { content }) = conversation.last() {
+            let loaded = self.selection.start_turn(&self.catalog.snapshot(), content);
+            if !loaded.is_empty() {
+                let _ = events.send(AgentEvent::ToolsLoaded {
+                    names: loaded,
+                    reason: "preselected".into(),
+                    query: None,
+                });
             }
+        }
+        while step < self.options.max_steps {
+            self.refresh_tools(events).await;
             for (changed, update) in crate::attachments::resource_updates(self.registry).await {
                 let _ = events.send(AgentEvent::Notice {
                     message: format!(
@@ -378,8 +431,10 @@ impl<'a> Agent<'a> {
                 });
                 record(conversation, update, events);
             }
-            self.fit_context(conversation, events);
-            let request = self.request(conversation);
+            let snapshot = self.catalog.snapshot();
+            let offered = self.selection.offer(&snapshot);
+            self.fit_context(conversation, &offered, events);
+            let request = self.request(conversation, offered);
             let response = match self.call_model(&request, events, cancel).await {
                 Ok(response) => response,
                 Err(AgentError::Model(LlmError::ToolsUnsupported { message, .. }))
@@ -443,7 +498,7 @@ impl<'a> Agent<'a> {
                 events,
             );
 
-            let checked = self.check_calls(calls, events).await;
+            let checked = self.check_calls(&snapshot, calls, events).await;
             let results = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(AgentError::Cancelled),
@@ -553,30 +608,57 @@ impl<'a> Agent<'a> {
     /// Validates and approves each call, in order (approval prompts are one at a time).
     async fn check_calls(
         &self,
+        snapshot: &Snapshot,
         calls: Vec<ToolCall>,
         events: &UnboundedSender<AgentEvent>,
     ) -> Vec<Checked> {
         let mut checked = Vec::with_capacity(calls.len());
         for call in calls {
-            checked.push(self.check_call(call, events).await);
+            checked.push(self.check_call(snapshot, call, events).await);
         }
         checked
     }
 
-    async fn check_call(&self, call: ToolCall, events: &UnboundedSender<AgentEvent>) -> Checked {
-        let Some(tool) = self.router.resolve(&call.name).cloned() else {
-            let suggestions = near_matches(&call.name, self.router.names());
-            let hint = if suggestions.is_empty() {
-                let names: Vec<&str> = self.router.names().take(30).collect();
-                format!("available tools: {}", names.join(", "))
+    /// Why a call names no tool, with the likeliest fixes.
+    fn unknown_tool(&self, snapshot: &Snapshot, name: &str) -> String {
+        let searchable = self.selection.mode() != SelectionMode::All;
+        let suggestions = near_matches(name, snapshot.names());
+        let hint = if !suggestions.is_empty() {
+            format!("did you mean {}?", suggestions.join(", "))
+        } else if searchable {
+            let found: Vec<&str> = snapshot
+                .search(name, 5)
+                .iter()
+                .map(|h| snapshot.tools()[h.index].qualified_name.as_str())
+                .collect();
+            if found.is_empty() {
+                "find tools by what they do with search_tools (or mcp_query's \"query\")"
+                    .to_string()
             } else {
-                format!("did you mean {}?", suggestions.join(", "))
-            };
+                format!("similar tools: {}", found.join(", "))
+            }
+        } else {
+            let names: Vec<&str> = snapshot.names().take(30).collect();
+            format!("available tools: {}", names.join(", "))
+        };
+        format!("unknown tool \"{name}\"; {hint}")
+    }
+
+    async fn check_call(
+        &self,
+        snapshot: &Snapshot,
+        call: ToolCall,
+        events: &UnboundedSender<AgentEvent>,
+    ) -> Checked {
+        let known = call.name == SEARCH_TOOL
+            || call.name == META_TOOL
+            || snapshot.resolve(&call.name).is_some();
+        if !known {
             return Checked::Refused {
-                message: format!("unknown tool \"{}\"; {hint}", call.name),
+                message: self.unknown_tool(snapshot, &call.name),
                 call,
             };
-        };
+        }
         let arguments = if call.arguments.trim().is_empty() {
             Value::Object(Default::default())
         } else {
@@ -596,6 +678,29 @@ impl<'a> Agent<'a> {
                         call,
                     };
                 }
+            }
+        };
+        let (tool, arguments) = match self.selection.resolve(snapshot, &call.name, arguments) {
+            Resolved::Tool { tool, arguments } => (*tool, arguments),
+            Resolved::Answered { text, loaded } => {
+                if !loaded.is_empty() {
+                    let query = serde_json::from_str::<Value>(&call.arguments)
+                        .ok()
+                        .and_then(|v| v.get("query").and_then(Value::as_str).map(str::to_string));
+                    let _ = events.send(AgentEvent::ToolsLoaded {
+                        names: loaded,
+                        reason: "search".into(),
+                        query,
+                    });
+                }
+                return Checked::Answered { call, text };
+            }
+            Resolved::Refused(message) => return Checked::Refused { call, message },
+            Resolved::Unknown => {
+                return Checked::Refused {
+                    message: self.unknown_tool(snapshot, &call.name),
+                    call,
+                };
             }
         };
         if let Some(problems) = schema_problems(&tool.tool.input_schema, &arguments) {
@@ -631,7 +736,7 @@ impl<'a> Agent<'a> {
                 };
                 let _ = events.send(AgentEvent::ApprovalRequested {
                     id: call.id.clone(),
-                    name: call.name.clone(),
+                    name: tool.qualified_name.clone(),
                     arguments: arguments.clone(),
                 });
                 if self.approver.approve(&request).await {
@@ -656,18 +761,29 @@ impl<'a> Agent<'a> {
         events: &UnboundedSender<AgentEvent>,
     ) -> (ToolCall, Message) {
         let started = Instant::now();
+        // Events name the tool that runs: for `mcp_query`, the server's tool behind it.
+        let mut shown = None;
         let (call, text, images, is_error) = match checked {
             Checked::Refused { call, message } => {
                 (call, format!("Error: {message}"), Vec::new(), true)
+            }
+            Checked::Answered { call, text } => {
+                let _ = events.send(AgentEvent::ToolCallStarted {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
+                });
+                (call, text, Vec::new(), false)
             }
             Checked::Run {
                 call,
                 tool,
                 arguments,
             } => {
+                shown = Some(tool.qualified_name.clone());
                 let _ = events.send(AgentEvent::ToolCallStarted {
                     id: call.id.clone(),
-                    name: call.name.clone(),
+                    name: tool.qualified_name.clone(),
                     arguments: arguments.clone(),
                 });
                 let (progress_tx, mut progress_rx) =
@@ -676,7 +792,7 @@ impl<'a> Agent<'a> {
                     while let Some(progress) = progress_rx.recv().await {
                         let _ = events.send(AgentEvent::ToolProgress {
                             id: call.id.clone(),
-                            name: call.name.clone(),
+                            name: tool.qualified_name.clone(),
                             progress: progress.progress,
                             total: progress.total,
                             message: progress.message,
@@ -716,7 +832,7 @@ impl<'a> Agent<'a> {
         };
         let _ = events.send(AgentEvent::ToolCallFinished {
             id: call.id.clone(),
-            name: call.name.clone(),
+            name: shown.unwrap_or_else(|| call.name.clone()),
             is_error,
             result: text.clone(),
             duration_ms: duration_ms(started.elapsed()),
@@ -745,34 +861,6 @@ fn record(conversation: &mut Vec<Message>, message: Message, events: &UnboundedS
     conversation.push(message);
 }
 
-/// The router's tools as offered to a model: qualified name, title and description, schema.
-pub fn tool_definitions(router: &ToolRouter) -> Vec<ToolDefinition> {
-    router
-        .tools()
-        .iter()
-        .map(|t| {
-            let mut description = t.tool.description.clone().unwrap_or_default();
-            if let Some(title) = t
-                .tool
-                .title
-                .as_ref()
-                .filter(|title| !description.contains(title.as_str()))
-            {
-                description = if description.is_empty() {
-                    title.clone()
-                } else {
-                    format!("{title}: {description}")
-                };
-            }
-            ToolDefinition {
-                name: t.qualified_name.clone(),
-                description,
-                parameters: t.tool.input_schema.clone(),
-            }
-        })
-        .collect()
-}
-
 fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -782,23 +870,4 @@ fn canonical(arguments: &str) -> String {
     serde_json::from_str::<Value>(arguments)
         .map(|v| v.to_string())
         .unwrap_or_else(|_| arguments.trim().to_string())
-}
-
-/// The schema violations of `arguments`, joined, or `None` when they are valid (or the
-/// schema itself cannot be compiled, in which case the server is left to judge).
-fn schema_problems(schema: &Value, arguments: &Value) -> Option<String> {
-    let validator = jsonschema::validator_for(schema).ok()?;
-    let problems: Vec<String> = validator
-        .iter_errors(arguments)
-        .take(5)
-        .map(|e| {
-            let path = e.instance_path().to_string();
-            if path.is_empty() {
-                e.to_string()
-            } else {
-                format!("{path}: {e}")
-            }
-        })
-        .collect();
-    (!problems.is_empty()).then(|| problems.join("; "))
 }

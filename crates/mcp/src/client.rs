@@ -191,11 +191,24 @@ pub(crate) struct ProgressRoute {
 }
 
 /// Catalogue entries a server said changed since they were last listed.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct StaleLists {
     pub(crate) tools: AtomicBool,
+    /// Counts the server's `tools/list_changed` notifications; the tap pushes each one here so
+    /// a tool catalogue (or the gateway) can wait for changes instead of polling.
+    pub(crate) tool_changes: tokio::sync::watch::Sender<u64>,
     /// Subscribed resources the server said changed, not yet taken.
     pub(crate) resources: Mutex<Vec<String>>,
+}
+
+impl Default for StaleLists {
+    fn default() -> Self {
+        StaleLists {
+            tools: AtomicBool::new(false),
+            tool_changes: tokio::sync::watch::Sender::new(0),
+            resources: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 /// Sees every message a server sends, in order, before rmcp dispatches it. Notifications
@@ -233,6 +246,7 @@ impl NotificationTap {
             }
             ServerNotification::ToolListChangedNotification(_) => {
                 self.stale.tools.store(true, Ordering::SeqCst);
+                self.stale.tool_changes.send_modify(|n| *n += 1);
                 self.host
                     .notify(&self.server, ServerNotice::ListChanged { what: "tools" });
             }

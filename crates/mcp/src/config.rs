@@ -92,6 +92,8 @@ pub struct ServerConfig {
     pub protocol_version: Option<String>,
     /// `"oauth"`: how to identify Tether to the server's authorization server.
     pub oauth: crate::auth::OAuthSettings,
+    /// `"alwaysLoad"`: its tools are sent on every request, whatever the tool-selection mode.
+    pub always_load: bool,
 }
 
 /// The MCP revisions Tether speaks, oldest first.
@@ -153,6 +155,7 @@ impl ServerConfig {
             sampling: SamplingPolicy::Ask,
             protocol_version: None,
             oauth: crate::auth::OAuthSettings::default(),
+            always_load: false,
         }
     }
 
@@ -234,6 +237,8 @@ struct RawServer {
     sampling: Option<Value>,
     protocol_version: Option<String>,
     oauth: Option<Value>,
+    #[serde(default)]
+    always_load: bool,
     #[serde(flatten)]
     other: serde_json::Map<String, Value>,
 }
@@ -254,6 +259,7 @@ const KNOWN_SERVER_KEYS: &[&str] = &[
     "sampling",
     "protocolVersion",
     "oauth",
+    "alwaysLoad",
 ];
 
 /// A duration written as seconds (`30`, `2.5`) or with a unit (`"500ms"`, `"30s"`, `"2m"`).
@@ -546,6 +552,7 @@ fn build_server(
                 settings
             }
         },
+        always_load: raw.always_load,
     })
 }
 

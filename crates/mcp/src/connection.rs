@@ -407,6 +407,12 @@ impl ServerConnection {
         self.stale.tools.load(Ordering::SeqCst)
     }
 
+    /// A receiver that wakes on each of the server's `tools/list_changed` notifications (its
+    /// value counts them), for holders of a tool snapshot that want the change pushed to them.
+    pub fn tool_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.stale.tool_changes.subscribe()
+    }
+
     /// Sends `tools/call` with a progress token we know, so the server's progress reaches
     /// the caller. Dropping the future cancels the call on the server.
     async fn call_with_progress(

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use test_support::npm_bin;
+use tether_catalog::{SearchTools, SelectionMode, SelectionOptions, ToolCatalog, ToolSelection};
 use tether_llm::{ChatRequest, ToolChoice, complete};
 use tether_local::{LocalOptions, LocalProvider, provision};
 use tether_mcp::{ServerConfig, ServerRegistry};
@@ -151,17 +152,34 @@ fn main() {
             speed(&path).await;
             return;
         }
-        let (router, _) = registry.tool_router().await;
-        let tools = tether_agent::tool_definitions(&router);
-        println!("tool-call accuracy of SmolLM2-135M-Instruct Q4_1, {} prompts, {} tools offered", cases().len(), tools.len());
-        for grammar in [true, false] {
+        let (catalog, _) = ToolCatalog::load(&registry).await;
+        let snapshot = catalog.snapshot();
+        let tools = snapshot.definitions().to_vec();
+        println!("tool-call accuracy of SmolLM2-135M-Instruct Q4_1, {} prompts, {} tools", cases().len(), tools.len());
+        // Pre-selection is what `--tools search|auto` does for the embedded model: the three
+        // best matches for the question are offered, and the grammar is built over them.
+        for (grammar, preselect) in [(true, true), (true, false), (false, false)] {
             let provider = LocalProvider::load(&path, "local".into(), LocalOptions { grammar, ..LocalOptions::default() }).unwrap();
-            let (mut names, mut both) = (0, 0);
+            let (mut names, mut both, mut offered_right) = (0, 0, 0);
             let started = Instant::now();
             for (prompt, tool, arguments) in cases() {
+                let offered = if preselect {
+                    let selection = SearchTools::new(SelectionOptions {
+                        mode: SelectionMode::Search,
+                        search_tool: false,
+                        preload: 3,
+                        keep_loaded: false,
+                        ..SelectionOptions::default()
+                    });
+                    selection.start_turn(&snapshot, prompt);
+                    selection.offer(&snapshot)
+                } else {
+                    tools.clone()
+                };
+                offered_right += usize::from(offered.iter().any(|d| d.name == tool));
                 let request = ChatRequest {
                     messages: vec![Message::system("You are a helpful assistant with tools."), Message::user(prompt)],
-                    tools: tools.clone(),
+                    tools: offered,
                     tool_choice: ToolChoice::Auto,
                     max_tokens: None,
                     temperature: None,
@@ -175,8 +193,9 @@ fn main() {
             }
             let n = cases().len();
             println!(
-                "  grammar {:3}: correct tool {names}/{n} ({:.0}%), correct tool and arguments {both}/{n} ({:.0}%), {:.1}s per prompt",
+                "  grammar {:3}, {}: correct tool {names}/{n} ({:.0}%), correct tool and arguments {both}/{n} ({:.0}%), right tool offered {offered_right}/{n}, {:.1}s per prompt",
                 if grammar { "on" } else { "off" },
+                if preselect { "3 pre-selected tools" } else { "all tools offered" },
                 names as f64 * 100.0 / n as f64,
                 both as f64 * 100.0 / n as f64,
                 started.elapsed().as_secs_f64() / n as f64

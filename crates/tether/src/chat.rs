@@ -18,8 +18,9 @@ use serde_json::{Map, Value};
 use tether_agent::{
     Agent, AgentError, ApprovalMode, Approver, NonInteractive, TurnOutcome, attach_resources,
 };
+use tether_catalog::{ToolCatalog, ToolSelection};
 use tether_llm::Provider;
-use tether_mcp::{McpError, ServerConfig, ServerRegistry, ToolRouter};
+use tether_mcp::{McpError, ServerConfig, ServerRegistry};
 use tether_protocol::chat::{Message, Usage};
 use tokio_util::sync::CancellationToken;
 
@@ -84,9 +85,9 @@ struct Catalog {
 }
 
 impl Catalog {
-    async fn gather(registry: &ServerRegistry, router: &ToolRouter) -> Catalog {
+    async fn gather(registry: &ServerRegistry, tools: &ToolCatalog) -> Catalog {
         let mut catalog = Catalog {
-            tools: router.names().map(str::to_string).collect(),
+            tools: tools.snapshot().names().map(str::to_string).collect(),
             ..Catalog::default()
         };
         for connection in registry.connections() {
@@ -279,7 +280,11 @@ struct Chat<'a> {
     spec: String,
     options: tether_agent::AgentOptions,
     registry: &'a ServerRegistry,
-    router: ToolRouter,
+    /// Shared with every turn, so a `tools/list_changed` seen in one turn is seen by all later
+    /// ones.
+    tools: ToolCatalog,
+    /// Which tools each request offers; search mode's loaded tools last the whole chat.
+    selection: Arc<dyn ToolSelection>,
     host: Arc<TerminalHost>,
     conversation: Vec<Message>,
     usage: Usage,
@@ -304,6 +309,7 @@ pub async fn chat(
         provider,
         options,
         spec,
+        selection,
     } = setup(&args, &settings).await?;
     let provider: Arc<dyn Provider> = Arc::from(provider);
     host.provider = Some(provider.clone());
@@ -313,13 +319,17 @@ pub async fn chat(
     for failure in registry.failures() {
         eprintln!("warning: {failure}");
     }
-    let (router, _) = registry.tool_router().await;
+    let (tools, errors) = ToolCatalog::load(&registry).await;
+    for error in errors {
+        eprintln!("warning: {error}");
+    }
     let mut chat = Chat {
         provider,
         spec,
         options,
         registry: &registry,
-        router,
+        tools,
+        selection: tether_catalog::selection_for(&selection),
         host,
         conversation: Vec::new(),
         usage: Usage::default(),
@@ -342,7 +352,7 @@ impl Chat<'_> {
             Some(id) => self.resume(id.as_deref()).map_err(Failure::usage)?,
             None => self.new_session(),
         }
-        let catalog = Catalog::gather(self.registry, &self.router).await;
+        let catalog = Catalog::gather(self.registry, &self.tools).await;
         let mut input = if self.interactive {
             let config = rustyline::Config::builder().auto_add_history(false).build();
             match Editor::with_config(config) {
@@ -364,9 +374,12 @@ impl Chat<'_> {
         };
         if self.interactive {
             eprintln!(
-                "tether chat with {} and {} tools; /help for commands, Ctrl-C cancels an answer, Ctrl-D leaves",
+                "tether chat with {} and {} tools ({} mode); /help for commands, Ctrl-C cancels an answer, Ctrl-D leaves",
                 self.provider.name(),
-                self.router.tools().len()
+                self.tools.snapshot().tools().len(),
+                self.selection
+                    .effective_mode(&self.tools.snapshot())
+                    .as_str()
             );
         }
         let current = Arc::new(Mutex::new(CancellationToken::new()));
@@ -490,7 +503,8 @@ impl Chat<'_> {
         let mut agent = Agent::new(
             self.provider.as_ref(),
             self.registry,
-            self.router.clone(),
+            self.tools.clone(),
+            self.selection.clone(),
             approver,
             self.options.clone(),
         );
@@ -562,15 +576,39 @@ impl Chat<'_> {
                 );
             }
             "/tools" => {
-                for tool in self.router.tools() {
+                // `*` marks the tools this conversation has loaded (search mode) and those of
+                // "alwaysLoad" servers: the ones the model is sent beside the search tool.
+                let snapshot = self.tools.snapshot();
+                let loaded = self.selection.loaded();
+                let mode = self.selection.effective_mode(&snapshot);
+                let searching = mode != tether_catalog::SelectionMode::All;
+                for (index, tool) in snapshot.tools().iter().enumerate() {
                     if rest.is_empty() || tool.qualified_name.contains(rest) {
                         let description = tool.tool.description.as_deref().unwrap_or_default();
+                        let mark = if searching
+                            && (snapshot.always_loaded(index)
+                                || loaded.contains(&tool.qualified_name))
+                        {
+                            "*"
+                        } else {
+                            " "
+                        };
                         eprintln!(
-                            "  {}  {}",
+                            " {mark}{}  {}",
                             tool.qualified_name,
                             clip(description.lines().next().unwrap_or_default(), 80)
                         );
                     }
+                }
+                if searching {
+                    eprintln!(
+                        "  ({} mode: * marks the {} tools sent to the model; the others are found by search)",
+                        mode.as_str(),
+                        (0..snapshot.tools().len())
+                            .filter(|&i| snapshot.always_loaded(i))
+                            .count()
+                            + loaded.len()
+                    );
                 }
             }
             "/servers" => {

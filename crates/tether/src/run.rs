@@ -11,6 +11,8 @@ use tether_agent::{
     Agent, AgentError, AgentEvent, AgentOptions, ApprovalMode, ApprovalRequest, ApprovalRules,
     Approver, NonInteractive, ToolMode, TurnOutcome, attach_resources,
 };
+use tether_catalog::selection::DEFAULT_CONTEXT_WINDOW;
+use tether_catalog::{SelectionMode, SelectionOptions, ToolCatalog, selection_for};
 use tether_llm::{LlmError, Provider, ProviderOptions, provider_for};
 use tether_mcp::{ServerConfig, ServerRegistry};
 use tether_protocol::chat::Message;
@@ -46,6 +48,11 @@ pub struct ModelArgs {
     /// Extra system prompt, added after Tether's.
     #[arg(long, value_name = "TEXT")]
     pub system_prompt: Option<String>,
+    /// Which tools each request carries: all of them; search (a search_tools tool, the
+    /// always-loaded tools and those found so far); meta (one mcp_query tool); auto (all while
+    /// they fit in a tenth of the context window, search beyond) [config: "toolSelection"].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub tools: Option<ToolsArg>,
     /// Embedded model only: decode tool calls without the grammar (to measure its effect).
     #[arg(long, hide = true)]
     pub no_grammar: bool,
@@ -61,6 +68,7 @@ impl Default for ModelArgs {
             max_steps: 20,
             approve: ApproveArg::Ask,
             system_prompt: None,
+            tools: None,
             no_grammar: false,
         }
     }
@@ -75,6 +83,19 @@ pub enum ToolModeArg {
     Native,
     /// Tools in the system prompt, JSON replies.
     Prompt,
+}
+
+/// `--tools`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ToolsArg {
+    /// Every tool on every request.
+    All,
+    /// Tools found by search, loaded as the conversation goes.
+    Search,
+    /// One mcp_query meta-tool.
+    Meta,
+    /// All while they fit in a tenth of the context window, search beyond.
+    Auto,
 }
 
 /// `--approve`.
@@ -98,6 +119,8 @@ pub(crate) struct Setup {
     pub(crate) options: AgentOptions,
     /// The `provider:model` it was built from.
     pub(crate) spec: String,
+    /// How tools are selected for each request.
+    pub(crate) selection: SelectionOptions,
 }
 
 pub(crate) async fn setup(
@@ -124,6 +147,7 @@ pub(crate) async fn setup(
         })?,
         None => ApprovalRules::default(),
     };
+    let selection = selection_options(args, settings, &spec, provider.as_ref())?;
     let options = AgentOptions {
         max_steps: args.max_steps.max(1),
         tool_mode: match args.tool_mode {
@@ -145,6 +169,39 @@ pub(crate) async fn setup(
         provider,
         options,
         spec,
+        selection,
+    })
+}
+
+/// `--tools`, else `"toolSelection"` in the config, else auto; tuned for the embedded model,
+/// which is offered only the tools pre-selected for each question (its grammar is built over
+/// them, and a 135M model does better choosing among three tools than calling a search).
+pub(crate) fn selection_options(
+    args: &ModelArgs,
+    settings: &Map<String, Value>,
+    spec: &str,
+    provider: &dyn Provider,
+) -> Result<SelectionOptions, Failure> {
+    let mode = match (args.tools, settings.get("toolSelection")) {
+        (Some(ToolsArg::All), _) => SelectionMode::All,
+        (Some(ToolsArg::Search), _) => SelectionMode::Search,
+        (Some(ToolsArg::Meta), _) => SelectionMode::Meta,
+        (Some(ToolsArg::Auto), _) => SelectionMode::Auto,
+        (None, None) => SelectionMode::Auto,
+        (None, Some(value)) => value
+            .as_str()
+            .ok_or_else(|| format!("is {value}"))
+            .and_then(SelectionMode::parse)
+            .map_err(|e| Failure::usage(format!("config: \"toolSelection\": {e}")))?,
+    };
+    let local = spec == "local" || spec.starts_with("local:");
+    Ok(SelectionOptions {
+        mode,
+        context_window: context_window(settings, provider).unwrap_or(DEFAULT_CONTEXT_WINDOW),
+        search_tool: !local,
+        preload: if local { 3 } else { 5 },
+        keep_loaded: !local,
+        ..SelectionOptions::default()
     })
 }
 
@@ -572,6 +629,17 @@ impl EventView {
             AgentEvent::ApprovalRequested { .. }
             | AgentEvent::Usage { .. }
             | AgentEvent::MessageAdded { .. } => {}
+            AgentEvent::ToolsLoaded {
+                names,
+                reason,
+                query,
+            } => {
+                self.flush_markdown();
+                match query {
+                    Some(query) => eprintln!("+ search \"{query}\" loaded {}", names.join(", ")),
+                    None => eprintln!("+ {reason} {}", names.join(", ")),
+                }
+            }
             AgentEvent::Notice { message } => eprintln!("note: {message}"),
         }
     }
@@ -605,7 +673,10 @@ pub async fn run(
     mut host: TerminalHost,
 ) -> Result<(), Failure> {
     let Setup {
-        provider, options, ..
+        provider,
+        options,
+        selection,
+        ..
     } = setup(&args, &settings).await?;
     let provider: Arc<dyn Provider> = Arc::from(provider);
     host.provider = Some(provider.clone());
@@ -624,7 +695,7 @@ pub async fn run(
             eprintln!("warning: {failure}");
         }
     }
-    let (router, errors) = registry.tool_router().await;
+    let (catalog, errors) = ToolCatalog::load(&registry).await;
     for error in errors {
         eprintln!("warning: {error}");
     }
@@ -635,7 +706,14 @@ pub async fn run(
     } else {
         &NonInteractive
     };
-    let mut agent = Agent::new(provider.as_ref(), &registry, router, approver, options);
+    let mut agent = Agent::new(
+        provider.as_ref(),
+        &registry,
+        catalog,
+        selection_for(&selection),
+        approver,
+        options,
+    );
 
     let cancel = CancellationToken::new();
     watch_ctrl_c(Arc::new(Mutex::new(cancel.clone())));

@@ -1,5 +1,6 @@
 //! The approval policy: a pure function from the mode, the config's rules and a tool's hints
-//! to allow / ask / deny. Kept free of I/O so the whole table is unit-tested.
+//! to allow / ask / deny. It lives beside the catalogue so every front end (the chat, `run`, the
+//! gateway) enforces the same rules; kept free of I/O so the whole table is unit-tested.
 
 use serde::{Deserialize, Serialize};
 use tether_mcp::config::glob_match;

@@ -1,0 +1,245 @@
+//! Tool-search benchmark over the BFCL v4 fixture (`peers/bfcl`, built by
+//! scripts/install-peers.sh): every BFCL function as one server's tools, and the questions of
+//! simple_python, multiple, parallel and parallel_multiple. Prints recall@1, recall@5 (every
+//! expected function in the top 5) and MRR for plain BM25 and for the shipped ranking, the
+//! tokens of tool definitions per request in each mode, and the time to build the index and
+//! to rank every tool for one query (median and spread of interleaved rounds).
+//!
+//! `cargo bench -p tether-catalog --bench search`
+
+#![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tether_catalog::{
+    Ranking, SearchIndex, SearchTools, SelectionMode, SelectionOptions, ServerTools, Snapshot,
+    ToolSelection, estimate_tokens, tokens_per_mode,
+};
+use tether_protocol::Tool;
+
+struct Question {
+    category: String,
+    text: String,
+    expected: Vec<String>,
+}
+
+fn load() -> (Vec<Tool>, Vec<Question>) {
+    let dir = test_support::workspace_root().join("peers/bfcl");
+    let read = |name: &str| -> Value {
+        let path = dir.join(name);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; run scripts/install-peers.sh first",
+                path.display()
+            )
+        });
+        serde_json::from_str(&text).unwrap()
+    };
+    let tools: Vec<Tool> = serde_json::from_value(read("tools.json")).unwrap();
+    let questions = read("questions.json")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| Question {
+            category: q["category"].as_str().unwrap().into(),
+            text: q["question"].as_str().unwrap().into(),
+            expected: q["expected"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_str().unwrap().to_string())
+                .collect(),
+        })
+        .collect();
+    (tools, questions)
+}
+
+fn snapshot(tools: &[Tool], ranking: Ranking) -> Snapshot {
+    Snapshot::with_ranking(
+        vec![ServerTools {
+            server: "bfcl".into(),
+            tools: tools.to_vec(),
+            always_load: false,
+        }],
+        ranking,
+    )
+}
+
+#[derive(Default, Clone, Copy)]
+struct Scores {
+    n: usize,
+    at1: usize,
+    at5: usize,
+    reciprocal: f64,
+}
+
+fn score(snapshot: &Snapshot, questions: &[&Question]) -> Scores {
+    let mut scores = Scores::default();
+    for question in questions {
+        let ranked: Vec<&str> = snapshot
+            .search(&question.text, 50)
+            .iter()
+            .map(|h| snapshot.tools()[h.index].tool.name.as_str())
+            .collect();
+        let rank = |name: &str| ranked.iter().position(|r| *r == name);
+        let ranks: Vec<Option<usize>> = question.expected.iter().map(|e| rank(e)).collect();
+        scores.n += 1;
+        scores.at1 += usize::from(ranks.contains(&Some(0)));
+        scores.at5 += usize::from(ranks.iter().all(|r| r.is_some_and(|r| r < 5)));
+        if let Some(best) = ranks.iter().flatten().min() {
+            scores.reciprocal += 1.0 / (*best as f64 + 1.0);
+        }
+    }
+    scores
+}
+
+fn median_spread(mut samples: Vec<Duration>) -> (f64, f64, f64) {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    (
+        ms(samples[samples.len() / 2]),
+        ms(samples[0]),
+        ms(samples[samples.len() - 1]),
+    )
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let quick = std::env::var_os("TETHER_BENCH_QUICK").is_some();
+    let (tools, questions) = load();
+    let plain = snapshot(&tools, Ranking::plain());
+    let shipped = snapshot(&tools, Ranking::from_env());
+    println!(
+        "tool search over the BFCL v4 fixture: {} tools, {} questions",
+        tools.len(),
+        questions.len()
+    );
+    println!(
+        "{:<18} {:>5} | {:>9} {:>9} {:>6} | {:>9} {:>9} {:>6}",
+        "category", "n", "plain r@1", "r@5", "MRR", "ours r@1", "r@5", "MRR"
+    );
+    let categories = ["simple_python", "multiple", "parallel", "parallel_multiple"];
+    for category in categories {
+        let subset: Vec<&Question> = questions
+            .iter()
+            .filter(|q| q.category == category)
+            .collect();
+        let (p, s) = (score(&plain, &subset), score(&shipped, &subset));
+        let f = |x: usize, n: usize| x as f64 / n as f64;
+        println!(
+            "{:<18} {:>5} | {:>9.3} {:>9.3} {:>6.3} | {:>9.3} {:>9.3} {:>6.3}",
+            category,
+            p.n,
+            f(p.at1, p.n),
+            f(p.at5, p.n),
+            p.reciprocal / p.n as f64,
+            f(s.at1, s.n),
+            f(s.at5, s.n),
+            s.reciprocal / s.n as f64
+        );
+    }
+
+    println!(
+        "\ntokens of tool definitions per request ({} tools):",
+        tools.len()
+    );
+    for (mode, tokens) in tokens_per_mode(&shipped, 128_000) {
+        println!("  {:<7} {tokens:>7} before any search", mode.as_str());
+    }
+    let loaded: Vec<usize> = questions
+        .iter()
+        .map(|q| {
+            let selection = SearchTools::new(SelectionOptions {
+                mode: SelectionMode::Search,
+                ..SelectionOptions::default()
+            });
+            selection.start_turn(&shipped, &q.text);
+            estimate_tokens(&selection.offer(&shipped))
+        })
+        .collect();
+    let mut sorted = loaded.clone();
+    sorted.sort();
+    println!(
+        "  search with the question's 5 best matches loaded: median {} (max {})",
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() - 1]
+    );
+
+    if let Some(n) = std::env::var("TETHER_BENCH_MISSES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+    {
+        misses(&shipped, &questions, n);
+        return;
+    }
+    let rounds = if quick { 5 } else { 11 };
+    let (mut builds, mut queries, mut indexes) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let started = Instant::now();
+        std::hint::black_box(SearchIndex::build(shipped.tools(), Ranking::default()));
+        indexes.push(started.elapsed());
+        // Interleaved: one build, then one pass over the questions, each round.
+        let started = Instant::now();
+        let built = snapshot(&tools, Ranking::default());
+        builds.push(started.elapsed());
+        let started = Instant::now();
+        for question in questions.iter().take(200) {
+            std::hint::black_box(built.search(&question.text, 5));
+        }
+        queries.push(started.elapsed() / 200);
+    }
+    let (build, build_min, build_max) = median_spread(builds);
+    let (query, query_min, query_max) = median_spread(queries);
+    let (index, index_min, index_max) = median_spread(indexes);
+    println!("\nsearch index alone: median {index:.1} ms (min {index_min:.1}, max {index_max:.1})");
+    println!(
+        "\nindex build (names, definitions, BM25): median {build:.1} ms (min {build_min:.1}, max {build_max:.1}) over {rounds} rounds"
+    );
+    println!(
+        "one query over {} tools: median {query:.3} ms (min {query_min:.3}, max {query_max:.3})",
+        tools.len()
+    );
+    println!(
+        "machine load while measuring: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+}
+
+/// `TETHER_BENCH_MISSES=N` prints N questions whose expected tool is not in the top 5.
+fn misses(snapshot: &Snapshot, questions: &[Question], n: usize) {
+    let mut shown = 0;
+    for q in questions
+        .iter()
+        .filter(|q| q.category == "simple_python" || q.category == "multiple")
+    {
+        let ranked: Vec<String> = snapshot
+            .search(&q.text, 5)
+            .iter()
+            .map(|h| snapshot.tools()[h.index].tool.name.clone())
+            .collect();
+        if q.expected.iter().all(|e| ranked.contains(e)) {
+            continue;
+        }
+        let want = snapshot
+            .tools()
+            .iter()
+            .find(|t| t.tool.name == q.expected[0])
+            .unwrap();
+        println!(
+            "Q: {}\n  want {} — {}\n  got {:?}",
+            q.text,
+            want.tool.name,
+            want.tool.description.as_deref().unwrap_or(""),
+            ranked
+        );
+        shown += 1;
+        if shown >= n {
+            break;
+        }
+    }
+}

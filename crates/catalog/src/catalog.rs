@@ -1,0 +1,346 @@
+//! The live snapshot of every server's tools. A [`ToolCatalog`] is a cheap handle (clones
+//! share one snapshot), so the chat, each of its turns and the gateway all see the same tools:
+//! when a server announces `tools/list_changed`, [`ToolCatalog::refresh`] re-lists that server
+//! alone and swaps in a new [`Snapshot`], and every holder sees it on its next request.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use futures::future::join_all;
+use serde_json::Value;
+use tether_mcp::{McpError, ServerRegistry, ToolRouter};
+use tether_protocol::chat::ToolDefinition;
+use tether_protocol::{QualifiedTool, Tool};
+
+use crate::search::{Hit, Ranking, SearchIndex};
+
+/// One server's tools as last listed.
+#[derive(Debug, Clone)]
+pub struct ServerTools {
+    /// The server's name.
+    pub server: String,
+    /// Its tools, as the server listed them (after the config's filters).
+    pub tools: Vec<Tool>,
+    /// `"alwaysLoad"`: offered in every mode.
+    pub always_load: bool,
+}
+
+/// An immutable view of every tool: qualified names, definitions as a model sees them, and
+/// the search index over them.
+#[derive(Debug)]
+pub struct Snapshot {
+    servers: Vec<ServerTools>,
+    router: ToolRouter,
+    definitions: Vec<ToolDefinition>,
+    always_load: Vec<bool>,
+    index: SearchIndex,
+}
+
+impl Snapshot {
+    /// Builds the snapshot (names, definitions, index) from each server's tools.
+    pub fn new(servers: Vec<ServerTools>) -> Snapshot {
+        Snapshot::with_ranking(servers, Ranking::default())
+    }
+
+    /// As [`Snapshot::new`], ranking searches with `ranking` (benchmarks compare rankings).
+    pub fn with_ranking(servers: Vec<ServerTools>, ranking: Ranking) -> Snapshot {
+        let router = ToolRouter::new(servers.iter().map(|s| (s.server.as_str(), s.tools.clone())));
+        let always: HashMap<&str, bool> = servers
+            .iter()
+            .map(|s| (s.server.as_str(), s.always_load))
+            .collect();
+        let always_load = router
+            .tools()
+            .iter()
+            .map(|t| always.get(t.server.as_str()).copied().unwrap_or(false))
+            .collect();
+        let definitions = router.tools().iter().map(definition).collect();
+        let index = SearchIndex::build(router.tools(), ranking);
+        Snapshot {
+            servers,
+            router,
+            definitions,
+            always_load,
+            index,
+        }
+    }
+
+    /// Every tool, in server then tool order.
+    pub fn tools(&self) -> &[QualifiedTool] {
+        self.router.tools()
+    }
+
+    /// Each server's tools as listed.
+    pub fn servers(&self) -> &[ServerTools] {
+        &self.servers
+    }
+
+    /// The definition of every tool, in [`Snapshot::tools`] order.
+    pub fn definitions(&self) -> &[ToolDefinition] {
+        &self.definitions
+    }
+
+    /// Whether the tool at `index` belongs to an `"alwaysLoad"` server.
+    pub fn always_loaded(&self, index: usize) -> bool {
+        self.always_load.get(index).copied().unwrap_or(false)
+    }
+
+    /// Position of a tool by qualified name.
+    pub fn position(&self, qualified_name: &str) -> Option<usize> {
+        let tool = self.router.resolve(qualified_name)?;
+        self.tools()
+            .iter()
+            .position(|t| t.qualified_name == tool.qualified_name)
+    }
+
+    /// The tool a qualified name stands for.
+    pub fn resolve(&self, qualified_name: &str) -> Option<&QualifiedTool> {
+        self.router.resolve(qualified_name)
+    }
+
+    /// Finds `tool` on `server` by its own name.
+    pub fn find(&self, server: &str, tool: &str) -> Option<&QualifiedTool> {
+        self.tools()
+            .iter()
+            .find(|t| t.server == server && t.tool.name == tool)
+    }
+
+    /// Every qualified name, for suggestions.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.router.names()
+    }
+
+    /// The best `limit` tools for `query` (a plain query, a tool's name, or `select:A,B`).
+    pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
+        self.index.search(query, limit)
+    }
+
+    /// `select:` names that match no tool (for a helpful error).
+    pub fn unknown_selections(&self, names: &str) -> Vec<String> {
+        self.index.select(names).1
+    }
+}
+
+/// A tool as offered to a model: qualified name, title and description, schema.
+pub fn definition(tool: &QualifiedTool) -> ToolDefinition {
+    let mut description = tool.tool.description.clone().unwrap_or_default();
+    if let Some(title) = tool
+        .tool
+        .title
+        .as_ref()
+        .filter(|title| !description.contains(title.as_str()))
+    {
+        description = if description.is_empty() {
+            title.clone()
+        } else {
+            format!("{title}: {description}")
+        };
+    }
+    ToolDefinition {
+        name: tool.qualified_name.clone(),
+        description,
+        parameters: tool.tool.input_schema.clone(),
+    }
+}
+
+/// The first sentence (or line) of a description, at most `max` characters.
+pub fn one_line(description: &str, max: usize) -> String {
+    let first = description
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let sentence = match first.find(". ") {
+        Some(end) => &first[..=end],
+        None => first,
+    };
+    if sentence.chars().count() <= max {
+        sentence.trim().to_string()
+    } else {
+        let cut: String = sentence.chars().take(max.saturating_sub(1)).collect();
+        format!("{}…", cut.trim_end())
+    }
+}
+
+/// Estimated tokens of tool definitions as a provider receives them (four characters a
+/// token, the rule the context manager uses too).
+pub fn estimate_tokens(definitions: &[ToolDefinition]) -> usize {
+    definitions
+        .iter()
+        .map(|d| {
+            (d.name.chars().count()
+                + d.description.chars().count()
+                + d.parameters.to_string().len())
+            .div_ceil(4)
+                + 8
+        })
+        .sum()
+}
+
+/// The schema violations of `arguments`, joined, or `None` when they are valid (or the
+/// schema itself cannot be compiled, in which case the server is left to judge).
+pub fn schema_problems(schema: &Value, arguments: &Value) -> Option<String> {
+    let validator = jsonschema::validator_for(schema).ok()?;
+    let problems: Vec<String> = validator
+        .iter_errors(arguments)
+        .take(5)
+        .map(|e| {
+            let path = e.instance_path().to_string();
+            if path.is_empty() {
+                e.to_string()
+            } else {
+                format!("{path}: {e}")
+            }
+        })
+        .collect();
+    (!problems.is_empty()).then(|| problems.join("; "))
+}
+
+/// A shared handle on the current [`Snapshot`].
+#[derive(Debug, Clone)]
+pub struct ToolCatalog {
+    current: Arc<RwLock<Arc<Snapshot>>>,
+}
+
+/// What a refresh changed.
+#[derive(Debug, Default)]
+pub struct Refresh {
+    /// Servers whose tools were re-listed.
+    pub servers: Vec<String>,
+    /// Servers whose listing failed (their previous tools are kept).
+    pub errors: Vec<McpError>,
+}
+
+impl ToolCatalog {
+    /// A catalogue over fixed tool lists (tests, benchmarks, `tools --search` offline).
+    pub fn from_servers(servers: Vec<ServerTools>) -> ToolCatalog {
+        ToolCatalog {
+            current: Arc::new(RwLock::new(Arc::new(Snapshot::new(servers)))),
+        }
+    }
+
+    /// Lists every connected server's tools concurrently. Servers whose listing fails are
+    /// left out and reported.
+    pub async fn load(registry: &ServerRegistry) -> (ToolCatalog, Vec<McpError>) {
+        let listings = join_all(registry.connections().map(|c| async move {
+            (
+                c.name().to_string(),
+                c.config().always_load,
+                c.list_tools().await,
+            )
+        }))
+        .await;
+        let mut errors = Vec::new();
+        let mut servers = Vec::new();
+        for (server, always_load, listing) in listings {
+            match listing {
+                Ok(tools) => servers.push(ServerTools {
+                    server,
+                    tools,
+                    always_load,
+                }),
+                Err(error) => errors.push(error),
+            }
+        }
+        (ToolCatalog::from_servers(servers), errors)
+    }
+
+    /// The current snapshot; holders keep it for a whole model request.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        match self.current.read() {
+            Ok(guard) => guard.clone(),
+            // A writer panicked mid-swap; the Arc inside is still a whole snapshot.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Re-lists the servers that announced `tools/list_changed` since their last listing and
+    /// swaps in a new snapshot; returns `None` when nothing changed.
+    pub async fn refresh(&self, registry: &ServerRegistry) -> Option<Refresh> {
+        let changed: Vec<_> = registry
+            .connections()
+            .filter(|c| c.tools_changed())
+            .collect();
+        if changed.is_empty() {
+            return None;
+        }
+        let listings = join_all(changed.iter().map(|c| async move {
+            (
+                c.name().to_string(),
+                c.config().always_load,
+                c.list_tools().await,
+            )
+        }))
+        .await;
+        let mut servers = self.snapshot().servers().to_vec();
+        let mut refresh = Refresh::default();
+        for (server, always_load, listing) in listings {
+            match listing {
+                Ok(tools) => {
+                    let entry = ServerTools {
+                        server: server.clone(),
+                        tools,
+                        always_load,
+                    };
+                    match servers.iter_mut().find(|s| s.server == server) {
+                        Some(slot) => *slot = entry,
+                        None => servers.push(entry),
+                    }
+                    refresh.servers.push(server);
+                }
+                Err(error) => refresh.errors.push(error),
+            }
+        }
+        // Keep config order whatever order the listings finished in.
+        let order: Vec<&str> = registry.entries().iter().map(|e| e.name()).collect();
+        servers.sort_by_key(|s| order.iter().position(|n| *n == s.server));
+        self.replace(Snapshot::new(servers));
+        Some(refresh)
+    }
+
+    /// Swaps in `snapshot` for every holder.
+    pub fn replace(&self, snapshot: Snapshot) {
+        let snapshot = Arc::new(snapshot);
+        match self.current.write() {
+            Ok(mut guard) => *guard = snapshot,
+            Err(poisoned) => *poisoned.into_inner() = snapshot,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &str) -> Tool {
+        serde_json::from_value(json!({"name": name, "description": format!("Does {name}.")}))
+            .unwrap()
+    }
+
+    #[test]
+    fn clones_share_one_snapshot() {
+        let catalog = ToolCatalog::from_servers(vec![ServerTools {
+            server: "a".into(),
+            tools: vec![tool("one")],
+            always_load: false,
+        }]);
+        let held_by_a_turn = catalog.clone();
+        catalog.replace(Snapshot::new(vec![ServerTools {
+            server: "a".into(),
+            tools: vec![tool("one"), tool("two")],
+            always_load: true,
+        }]));
+        let seen = held_by_a_turn.snapshot();
+        assert_eq!(seen.tools().len(), 2);
+        assert!(seen.always_loaded(1));
+        assert_eq!(seen.position("a__two"), Some(1));
+    }
+
+    #[test]
+    fn one_line_descriptions() {
+        assert_eq!(one_line("Adds. Then more.", 80), "Adds.");
+        assert_eq!(one_line("\n  First line\nsecond", 80), "First line");
+        assert_eq!(one_line("abcdefghij", 5), "abcd…");
+    }
+}

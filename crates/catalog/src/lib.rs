@@ -1,0 +1,21 @@
+//! The tool catalogue: the layer between the servers (`tether-mcp`) and everything that uses
+//! tools (the agent, the tester commands, the gateway). It holds a live snapshot of every
+//! server's tools ([`ToolCatalog`]), ranks them for a query ([`search`]), decides which tools
+//! a model is offered and what its calls stand for ([`ToolSelection`], one implementation per
+//! `--tools` mode), and owns the approval policy so every front end enforces the same rules.
+
+pub mod catalog;
+pub mod policy;
+pub mod search;
+pub mod selection;
+
+pub use catalog::{
+    Refresh, ServerTools, Snapshot, ToolCatalog, definition, estimate_tokens, one_line,
+    schema_problems,
+};
+pub use policy::{ApprovalMode, ApprovalRules, Decision, decide};
+pub use search::{Hit, Ranking, SearchIndex};
+pub use selection::{
+    AllTools, AutoTools, META_TOOL, MetaTool, Resolved, SEARCH_TOOL, SearchTools, SelectionMode,
+    SelectionOptions, ToolSelection, selection_for, tokens_per_mode,
+};

@@ -1,0 +1,530 @@
+//! Tool search: BM25 over each tool's name, title, description and parameters, with field
+//! weights (a word in the name counts more than one deep in the description) and identifier
+//! splitting (`getWeather`, `get_weather`, `get-weather` and `server__tool` all yield `get`
+//! and `weather`), words stemmed with Snowball's English stemmer.
+//!
+//! Exact names win over any score: a query that names a tool (its own name or its qualified
+//! name, anywhere in the text) or `select:NAME[,NAME]` puts those tools first, because the
+//! complaint users have about tool search is that it misses a tool they named exactly.
+
+use std::collections::HashMap;
+
+use rust_stemmers::{Algorithm, Stemmer};
+use serde::Serialize;
+use serde_json::Value;
+use tether_protocol::QualifiedTool;
+
+/// BM25's term-frequency saturation.
+const K1: f64 = 1.2;
+/// BM25's length normalisation.
+const B: f64 = 0.75;
+
+/// How the index ranks: the shipped ranking, or plain BM25 (the benchmark's baseline).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ranking {
+    /// Weight of the tool's own name (and the server's name, at a third of it).
+    pub name_weight: f64,
+    /// Weight of the title.
+    pub title_weight: f64,
+    /// Weight of the description.
+    pub description_weight: f64,
+    /// Weight of parameter names and their descriptions.
+    pub parameter_weight: f64,
+    /// Split identifiers (`getWeather` → `get weather`) and stem words.
+    pub analyse: bool,
+    /// Put tools named exactly in the query first.
+    pub exact_names: bool,
+}
+
+impl Default for Ranking {
+    fn default() -> Self {
+        Ranking {
+            name_weight: 3.0,
+            title_weight: 2.0,
+            description_weight: 1.0,
+            parameter_weight: 0.5,
+            analyse: true,
+            exact_names: true,
+        }
+    }
+}
+
+impl Ranking {
+    /// The shipped ranking with weights from `TETHER_RANKING="name,title,description,parameters"`
+    /// when set (for tuning with the benchmark).
+    pub fn from_env() -> Ranking {
+        let mut ranking = Ranking::default();
+        if let Ok(text) = std::env::var("TETHER_RANKING") {
+            let w: Vec<f64> = text
+                .split(',')
+                .filter_map(|x| x.trim().parse().ok())
+                .collect();
+            if let [name, title, description, parameters] = w[..] {
+                ranking.name_weight = name;
+                ranking.title_weight = title;
+                ranking.description_weight = description;
+                ranking.parameter_weight = parameters;
+            }
+        }
+        ranking
+    }
+
+    /// Plain BM25 over name, description and parameters as one bag of lower-cased words.
+    pub fn plain() -> Ranking {
+        Ranking {
+            name_weight: 1.0,
+            title_weight: 1.0,
+            description_weight: 1.0,
+            parameter_weight: 1.0,
+            analyse: false,
+            exact_names: false,
+        }
+    }
+}
+
+/// One ranked tool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// Position of the tool in the indexed list.
+    pub index: usize,
+    /// BM25 score; exact-name hits score above every other hit.
+    pub score: f64,
+    /// Whether the query named the tool exactly (or selected it).
+    pub exact: bool,
+}
+
+/// An inverted index over a list of tools.
+#[derive(Debug, Clone)]
+pub struct SearchIndex {
+    ranking: Ranking,
+    /// Index terms (stems) → term ids.
+    vocabulary: HashMap<String, u32>,
+    /// Per term id: (document, weighted term frequency).
+    postings: Vec<Vec<(u32, f32)>>,
+    /// Weighted length of each document.
+    lengths: Vec<f32>,
+    average_length: f64,
+    /// Lower-cased plain and qualified names → documents, for exact matches.
+    names: HashMap<String, Vec<u32>>,
+}
+
+impl SearchIndex {
+    /// Indexes `tools` in order; hits refer to positions in this list.
+    pub fn build(tools: &[QualifiedTool], ranking: Ranking) -> SearchIndex {
+        let mut analyser = Analyser::new(ranking.analyse);
+        let mut vocabulary: HashMap<String, u32> = HashMap::new();
+        let mut postings: Vec<Vec<(u32, f32)>> = Vec::new();
+        let mut lengths = Vec::with_capacity(tools.len());
+        let mut names: HashMap<String, Vec<u32>> = HashMap::new();
+        // Dense per-term scratch for one document, and which entries it touched.
+        let mut frequencies: Vec<f32> = Vec::new();
+        let mut touched: Vec<u32> = Vec::new();
+        for (doc, tool) in tools.iter().enumerate() {
+            let doc = doc as u32;
+            let mut length = 0.0f32;
+            let mut add = |text: &str, weight: f64| {
+                analyser.each_term(text, |term| {
+                    let id = match vocabulary.get(term) {
+                        Some(&id) => id,
+                        None => {
+                            let id = postings.len() as u32;
+                            vocabulary.insert(term.to_string(), id);
+                            postings.push(Vec::new());
+                            frequencies.push(0.0);
+                            id
+                        }
+                    };
+                    let slot = &mut frequencies[id as usize];
+                    if *slot == 0.0 {
+                        touched.push(id);
+                    }
+                    *slot += weight as f32;
+                    length += weight as f32;
+                });
+            };
+            add(&tool.tool.name, ranking.name_weight);
+            add(&tool.server, ranking.name_weight / 3.0);
+            if let Some(title) = tool
+                .tool
+                .title
+                .as_ref()
+                .or(tool.tool.annotations.title.as_ref())
+            {
+                add(title, ranking.title_weight);
+            }
+            if let Some(description) = &tool.tool.description {
+                add(description, ranking.description_weight);
+            }
+            for (name, description) in parameters(&tool.tool.input_schema) {
+                add(name, ranking.parameter_weight);
+                if let Some(description) = description {
+                    add(description, ranking.parameter_weight);
+                }
+            }
+            for id in touched.drain(..) {
+                let tf = std::mem::take(&mut frequencies[id as usize]);
+                postings[id as usize].push((doc, tf));
+            }
+            lengths.push(length);
+            for name in [&tool.tool.name, &tool.qualified_name] {
+                let docs = names.entry(name.to_lowercase()).or_default();
+                if !docs.contains(&doc) {
+                    docs.push(doc);
+                }
+            }
+        }
+        let average_length = if lengths.is_empty() {
+            1.0
+        } else {
+            (lengths.iter().map(|l| f64::from(*l)).sum::<f64>() / lengths.len() as f64).max(1.0)
+        };
+        SearchIndex {
+            ranking,
+            vocabulary,
+            postings,
+            lengths,
+            average_length,
+            names,
+        }
+    }
+
+    /// Number of indexed tools.
+    pub fn len(&self) -> usize {
+        self.lengths.len()
+    }
+
+    /// Whether no tool is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.lengths.is_empty()
+    }
+
+    /// The tools named by `select:A,B` (plain or qualified names), in the order given, and
+    /// the names that matched nothing.
+    pub fn select(&self, names: &str) -> (Vec<Hit>, Vec<String>) {
+        let mut hits: Vec<Hit> = Vec::new();
+        let mut missing = Vec::new();
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match self.names.get(&name.to_lowercase()) {
+                Some(docs) => {
+                    for &doc in docs {
+                        if !hits.iter().any(|h| h.index == doc as usize) {
+                            hits.push(Hit {
+                                index: doc as usize,
+                                score: f64::from(u16::MAX),
+                                exact: true,
+                            });
+                        }
+                    }
+                }
+                None => missing.push(name.to_string()),
+            }
+        }
+        (hits, missing)
+    }
+
+    /// The best `limit` tools for `query`, best first. `select:…` queries return exactly the
+    /// selected tools.
+    pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
+        if let Some(names) = query.trim().strip_prefix("select:") {
+            let (mut hits, _) = self.select(names);
+            hits.truncate(limit);
+            return hits;
+        }
+        let mut analyser = Analyser::new(self.ranking.analyse);
+        let mut scores: HashMap<u32, f64> = HashMap::new();
+        let n = self.lengths.len() as f64;
+        let mut terms: Vec<u32> = Vec::new();
+        analyser.each_term(query, |term| {
+            // A repeated query word adds nothing: questions repeat themselves.
+            if let Some(&id) = self.vocabulary.get(term)
+                && !terms.contains(&id)
+            {
+                terms.push(id);
+            }
+        });
+        for id in terms {
+            let postings = &self.postings[id as usize];
+            let df = postings.len() as f64;
+            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            for &(doc, tf) in postings {
+                let tf = f64::from(tf);
+                let length = f64::from(self.lengths[doc as usize]);
+                let norm = K1 * (1.0 - B + B * length / self.average_length);
+                *scores.entry(doc).or_insert(0.0) += idf * tf * (K1 + 1.0) / (tf + norm);
+            }
+        }
+        let mut hits: Vec<Hit> = scores
+            .into_iter()
+            .map(|(doc, score)| Hit {
+                index: doc as usize,
+                score,
+                exact: false,
+            })
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
+        if self.ranking.exact_names {
+            let exact = self.exact_mentions(query);
+            if !exact.is_empty() {
+                let top = hits.first().map_or(0.0, |h| h.score);
+                let mut first: Vec<Hit> = exact
+                    .iter()
+                    .map(|&index| Hit {
+                        index,
+                        score: top + 1.0,
+                        exact: true,
+                    })
+                    .collect();
+                hits.retain(|h| !exact.contains(&h.index));
+                first.append(&mut hits);
+                hits = first;
+            }
+        }
+        hits.truncate(limit);
+        hits
+    }
+
+    /// Tools named in `text`, in order of mention: the whole text is a tool's name, or a word
+    /// of it is a name that cannot be an ordinary word (`get_weather`, `getWeather`,
+    /// `math.factorial`, `files__read`), or any name set off as one (`` `add` ``, `"add"`, or
+    /// "the add tool"). A plain English word that happens to name a tool (`sum`, `translate`)
+    /// is left to the ranking, or every question saying "sum" would put that tool first.
+    fn exact_mentions(&self, text: &str) -> Vec<usize> {
+        let mut found = Vec::new();
+        let mut add = |docs: &Vec<u32>| {
+            for &doc in docs {
+                if !found.contains(&(doc as usize)) {
+                    found.push(doc as usize);
+                }
+            }
+        };
+        if let Some(docs) = self.names.get(&text.trim().to_lowercase()) {
+            add(docs);
+        }
+        let words: Vec<&str> = text
+            .split(|c: char| c.is_whitespace() || c == ',' || c == ';')
+            .filter(|w| !w.is_empty())
+            .collect();
+        for (i, raw) in words.iter().enumerate() {
+            let word = raw
+                .trim_matches(|c: char| !(c.is_alphanumeric() || c == '_' || c == '-' || c == '.'));
+            let word = word.trim_end_matches('.');
+            if word.is_empty() {
+                continue;
+            }
+            let quoted = raw.starts_with(['`', '"', '\'']);
+            let called_a_tool = words.get(i + 1).is_some_and(|next| {
+                let next = next
+                    .trim_matches(|c: char| !c.is_alphanumeric())
+                    .to_lowercase();
+                next == "tool" || next == "function"
+            });
+            let identifier = word.contains(['_', '.', '-'])
+                || word.chars().skip(1).any(char::is_uppercase)
+                || (word.chars().any(|c| c.is_ascii_digit())
+                    && word.chars().any(char::is_alphabetic));
+            if !(quoted || called_a_tool || identifier) {
+                continue;
+            }
+            if let Some(docs) = self.names.get(&word.to_lowercase()) {
+                add(docs);
+            }
+        }
+        found
+    }
+}
+
+/// Parameter names and descriptions of an object schema (top level and one level down).
+fn parameters(schema: &Value) -> Vec<(&str, Option<&str>)> {
+    let mut out = Vec::new();
+    collect_parameters(schema, &mut out, 0);
+    out
+}
+
+fn collect_parameters<'a>(
+    schema: &'a Value,
+    out: &mut Vec<(&'a str, Option<&'a str>)>,
+    depth: usize,
+) {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    for (name, property) in properties {
+        let description = property.get("description").and_then(Value::as_str);
+        out.push((name.as_str(), description));
+        if depth == 0 {
+            collect_parameters(property, out, depth + 1);
+            if let Some(items) = property.get("items") {
+                collect_parameters(items, out, depth + 1);
+            }
+        }
+    }
+}
+
+/// Words that say nothing about which tool is meant.
+const STOP_WORDS: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "by", "can", "could", "do", "does", "for", "from",
+    "given", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of",
+    "on", "or", "please", "should", "so", "some", "that", "the", "their", "them", "then", "there",
+    "these", "this", "those", "to", "use", "using", "want", "was", "we", "what", "when", "which",
+    "who", "will", "with", "would", "you", "your", "tool", "tools", "function",
+];
+
+/// Turns text into index terms. Each distinct word is analysed once (split, lower-cased,
+/// stop-listed, stemmed) and cached: tool descriptions repeat the same words thousands of times.
+struct Analyser {
+    stemmer: Option<Stemmer>,
+    /// Lower-cased word → its stem, or `None` for a stop word.
+    cache: HashMap<String, Option<String>>,
+    word: String,
+}
+
+impl Analyser {
+    fn new(analyse: bool) -> Analyser {
+        Analyser {
+            stemmer: analyse.then(|| Stemmer::create(Algorithm::English)),
+            cache: HashMap::new(),
+            word: String::new(),
+        }
+    }
+
+    /// Calls `f` with each term of `text`, in order.
+    fn each_term(&mut self, text: &str, mut f: impl FnMut(&str)) {
+        let Some(stemmer) = &self.stemmer else {
+            for word in text.split(|c: char| !c.is_alphanumeric()) {
+                if !word.is_empty() {
+                    f(&word.to_lowercase());
+                }
+            }
+            return;
+        };
+        let (cache, buffer) = (&mut self.cache, &mut self.word);
+        each_word(text, |piece| {
+            buffer.clear();
+            buffer.extend(piece.chars().flat_map(char::to_lowercase));
+            if !cache.contains_key(buffer.as_str()) {
+                let stem = (!STOP_WORDS.contains(&buffer.as_str()))
+                    .then(|| stemmer.stem(buffer).into_owned());
+                cache.insert(buffer.clone(), stem);
+            }
+            if let Some(Some(stem)) = cache.get(buffer.as_str()) {
+                f(stem);
+            }
+        });
+    }
+}
+
+/// Calls `f` with each word of `text` as a slice of it, identifiers split at `_`, `-`, `.`,
+/// camelCase humps and letter/digit boundaries.
+fn each_word(text: &str, mut f: impl FnMut(&str)) {
+    for chunk in text.split(|c: char| !c.is_alphanumeric()) {
+        if chunk.is_empty() {
+            continue;
+        }
+        let mut start = 0;
+        let mut chars = chunk.char_indices().peekable();
+        let mut prev: Option<char> = None;
+        while let Some((at, cur)) = chars.next() {
+            if let Some(prev) = prev {
+                let next_lower = chars.peek().is_some_and(|(_, c)| c.is_lowercase());
+                let boundary = (prev.is_lowercase() && cur.is_uppercase())
+                    || (prev.is_uppercase() && cur.is_uppercase() && next_lower)
+                    || (prev.is_alphabetic() && cur.is_numeric())
+                    || (prev.is_numeric() && cur.is_alphabetic());
+                if boundary {
+                    f(&chunk[start..at]);
+                    start = at;
+                }
+            }
+            prev = Some(cur);
+        }
+        f(&chunk[start..]);
+    }
+}
+
+/// Lower-cased words of `text`, with identifiers split at `_`, `-`, `.`, camelCase humps and
+/// letter/digit boundaries: `getHTTPResponse2` → `get http response 2`.
+pub fn split_identifiers(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    each_word(text, |word| words.push(word.to_lowercase()));
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(server: &str, name: &str, description: &str) -> QualifiedTool {
+        QualifiedTool {
+            qualified_name: format!("{server}__{name}"),
+            server: server.into(),
+            tool: serde_json::from_value(json!({"name": name, "description": description}))
+                .unwrap(),
+        }
+    }
+
+    fn catalogue() -> Vec<QualifiedTool> {
+        vec![
+            tool("weather", "getWeather", "Current conditions for a city."),
+            tool("weather", "get_forecast", "Forecast for the next days."),
+            tool("files", "read_file", "Read a file's contents."),
+            tool("files", "write_file", "Write text to a file."),
+            tool("math", "add", "Add two numbers."),
+            tool("git", "git_status", "Show the working tree status."),
+        ]
+    }
+
+    #[test]
+    fn identifiers_are_split_every_way() {
+        assert_eq!(split_identifiers("getWeather"), ["get", "weather"]);
+        assert_eq!(split_identifiers("get_weather"), ["get", "weather"]);
+        assert_eq!(
+            split_identifiers("weather__get-weather"),
+            ["weather", "get", "weather"]
+        );
+        assert_eq!(
+            split_identifiers("getHTTPResponse2"),
+            ["get", "http", "response", "2"]
+        );
+    }
+
+    #[test]
+    fn words_find_tools_through_their_identifiers() {
+        let tools = catalogue();
+        let index = SearchIndex::build(&tools, Ranking::default());
+        let hits = index.search("what's the weather like in Paris", 3);
+        assert_eq!(tools[hits[0].index].tool.name, "getWeather", "{hits:?}");
+        let hits = index.search("forecasts", 3);
+        assert_eq!(tools[hits[0].index].tool.name, "get_forecast");
+        let hits = index.search("reading files", 3);
+        assert_eq!(tools[hits[0].index].tool.name, "read_file");
+    }
+
+    #[test]
+    fn exact_names_and_select_always_rank_first() {
+        let tools = catalogue();
+        let index = SearchIndex::build(&tools, Ranking::default());
+        // "file" words would favour the file tools; the named tool still comes first.
+        let hits = index.search("call git_status on the file read", 3);
+        assert_eq!(tools[hits[0].index].tool.name, "git_status");
+        assert!(hits[0].exact);
+        let hits = index.search("files__write_file", 1);
+        assert_eq!(tools[hits[0].index].qualified_name, "files__write_file");
+        let hits = index.search("select:math__add, read_file", 5);
+        let names: Vec<&str> = hits
+            .iter()
+            .map(|h| tools[h.index].tool.name.as_str())
+            .collect();
+        assert_eq!(names, ["add", "read_file"]);
+        let (_, missing) = index.select("nope,add");
+        assert_eq!(missing, ["nope"]);
+    }
+
+    #[test]
+    fn plain_ranking_does_not_split_or_boost() {
+        let tools = catalogue();
+        let index = SearchIndex::build(&tools, Ranking::plain());
+        assert!(index.search("forecasts", 3).is_empty());
+        assert!(index.search("weather", 3).iter().all(|h| !h.exact));
+    }
+}

@@ -1,0 +1,809 @@
+//! Which tools a model is offered on each request, and what a call it makes stands for. The
+//! agent talks to a [`ToolSelection`]; each mode is one implementation:
+//!
+//! - [`AllTools`]: every definition on every request (small catalogues).
+//! - [`SearchTools`]: the always-loaded tools, a `search_tools` tool, and the tools loaded so
+//!   far, appended in load order so the request prefix stays stable for prompt caching; the
+//!   best matches for the user's message are loaded before each turn.
+//! - [`MetaTool`]: one `mcp_query` tool (server, tool, params) whose description lists the
+//!   servers and their tools; each call is checked against the real tool's schema.
+//! - [`AutoTools`]: all while the definitions fit in a tenth of the model's context window,
+//!   search beyond.
+
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tether_protocol::QualifiedTool;
+use tether_protocol::chat::ToolDefinition;
+
+use crate::catalog::{Snapshot, estimate_tokens, one_line, schema_problems};
+
+/// The name of the search tool offered in `search` mode.
+pub const SEARCH_TOOL: &str = "search_tools";
+/// The name of the meta-tool offered in `meta` mode.
+pub const META_TOOL: &str = "mcp_query";
+/// Context window assumed when neither the provider nor the config says (today's hosted
+/// models have 128k or more).
+pub const DEFAULT_CONTEXT_WINDOW: usize = 128_000;
+/// Most tokens `mcp_query`'s description may take before it lists less.
+const META_DESCRIPTION_BUDGET: usize = 1_500;
+
+/// `--tools` and `"toolSelection"`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SelectionMode {
+    /// Every tool on every request.
+    All,
+    /// Tools found by search, loaded as the conversation goes.
+    Search,
+    /// One `mcp_query` meta-tool.
+    Meta,
+    /// `all` while the definitions fit in a tenth of the context window, `search` beyond.
+    #[default]
+    Auto,
+}
+
+impl SelectionMode {
+    /// The mode's name as the flag and config write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SelectionMode::All => "all",
+            SelectionMode::Search => "search",
+            SelectionMode::Meta => "meta",
+            SelectionMode::Auto => "auto",
+        }
+    }
+
+    /// Parses `"all" | "search" | "meta" | "auto"`, with the fix in the error.
+    pub fn parse(text: &str) -> Result<SelectionMode, String> {
+        match text {
+            "all" => Ok(SelectionMode::All),
+            "search" => Ok(SelectionMode::Search),
+            "meta" => Ok(SelectionMode::Meta),
+            "auto" => Ok(SelectionMode::Auto),
+            other => Err(format!(
+                "\"{other}\" is not a tool-selection mode; use \"all\", \"search\", \"meta\" or \"auto\""
+            )),
+        }
+    }
+}
+
+/// Settings shared by the modes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SelectionOptions {
+    /// The mode.
+    pub mode: SelectionMode,
+    /// The model's context window in tokens (for `auto`).
+    pub context_window: usize,
+    /// Offer `search_tools` in search mode. Off for the embedded model: its grammar is built
+    /// over the tools pre-selected for the user's message only.
+    pub search_tool: bool,
+    /// Tools loaded from the user's message before each turn in search mode.
+    pub preload: usize,
+    /// Keep loaded tools for the rest of the conversation (off: each turn starts afresh).
+    pub keep_loaded: bool,
+    /// Tools returned by one search.
+    pub search_limit: usize,
+}
+
+impl Default for SelectionOptions {
+    fn default() -> Self {
+        SelectionOptions {
+            mode: SelectionMode::Auto,
+            context_window: DEFAULT_CONTEXT_WINDOW,
+            search_tool: true,
+            preload: 5,
+            keep_loaded: true,
+            search_limit: 5,
+        }
+    }
+}
+
+/// What one call the model made stands for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved {
+    /// A server's tool, with the arguments to check, approve and send.
+    Tool {
+        /// The tool.
+        tool: Box<QualifiedTool>,
+        /// Its arguments (for `mcp_query`, the inner `params`).
+        arguments: Value,
+    },
+    /// Answered by the selection itself (a search); no server is involved.
+    Answered {
+        /// What the model is told.
+        text: String,
+        /// Qualified names newly loaded by the call.
+        loaded: Vec<String>,
+    },
+    /// Not runnable; the text tells the model how to fix the call.
+    Refused(String),
+    /// No tool by that name.
+    Unknown,
+}
+
+/// The agent's view of the tools: what to offer, and what a call means.
+pub trait ToolSelection: Send + Sync {
+    /// The configured mode.
+    fn mode(&self) -> SelectionMode;
+    /// Called with the user's message before the first request of a turn; returns the tools
+    /// it loaded.
+    fn start_turn(&self, snapshot: &Snapshot, user_text: &str) -> Vec<String>;
+    /// The definitions to send on the next request.
+    fn offer(&self, snapshot: &Snapshot) -> Vec<ToolDefinition>;
+    /// What the call `name(arguments)` stands for.
+    fn resolve(&self, snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved;
+    /// Qualified names loaded so far (search modes), in load order.
+    fn loaded(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// The mode in effect for `snapshot` (`auto` is `all` or `search`).
+    fn effective_mode(&self, _snapshot: &Snapshot) -> SelectionMode {
+        self.mode()
+    }
+}
+
+/// The selection for `options.mode`.
+pub fn selection_for(options: &SelectionOptions) -> Arc<dyn ToolSelection> {
+    match options.mode {
+        SelectionMode::All => Arc::new(AllTools),
+        SelectionMode::Search => Arc::new(SearchTools::new(options.clone())),
+        SelectionMode::Meta => Arc::new(MetaTool::new(options.clone())),
+        SelectionMode::Auto => Arc::new(AutoTools::new(options.clone())),
+    }
+}
+
+fn resolve_direct(snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved {
+    match snapshot.resolve(name) {
+        Some(tool) => Resolved::Tool {
+            tool: Box::new(tool.clone()),
+            arguments,
+        },
+        None => Resolved::Unknown,
+    }
+}
+
+/// Every tool on every request.
+#[derive(Debug, Default)]
+pub struct AllTools;
+
+impl ToolSelection for AllTools {
+    fn mode(&self) -> SelectionMode {
+        SelectionMode::All
+    }
+    fn start_turn(&self, _snapshot: &Snapshot, _user_text: &str) -> Vec<String> {
+        Vec::new()
+    }
+    fn offer(&self, snapshot: &Snapshot) -> Vec<ToolDefinition> {
+        snapshot.definitions().to_vec()
+    }
+    fn resolve(&self, snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved {
+        resolve_direct(snapshot, name, arguments)
+    }
+}
+
+/// Tools found by search and loaded for the rest of the conversation.
+#[derive(Debug)]
+pub struct SearchTools {
+    options: SelectionOptions,
+    loaded: Mutex<Vec<String>>,
+}
+
+impl SearchTools {
+    /// A search selection with nothing loaded yet.
+    pub fn new(options: SelectionOptions) -> SearchTools {
+        SearchTools {
+            options,
+            loaded: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Adds tools to the loaded list (after those already there); returns the new ones.
+    fn load(&self, snapshot: &Snapshot, names: impl IntoIterator<Item = String>) -> Vec<String> {
+        let Ok(mut loaded) = self.loaded.lock() else {
+            return Vec::new();
+        };
+        let mut added = Vec::new();
+        for name in names {
+            let Some(position) = snapshot.position(&name) else {
+                continue;
+            };
+            if snapshot.always_loaded(position) || loaded.contains(&name) {
+                continue;
+            }
+            loaded.push(name.clone());
+            added.push(name);
+        }
+        added
+    }
+
+    fn search_definition(&self, snapshot: &Snapshot) -> ToolDefinition {
+        let servers: Vec<String> = snapshot
+            .servers()
+            .iter()
+            .filter(|s| !s.tools.is_empty())
+            .map(|s| format!("{} ({})", s.server, s.tools.len()))
+            .collect();
+        ToolDefinition {
+            name: SEARCH_TOOL.into(),
+            description: format!(
+                "Find tools by what they do and load them. {} tools are available from these servers: {}. \
+                 Only loaded tools can be called; search before saying a task cannot be done. Returns the \
+                 matching tools' names and descriptions; call them directly afterwards. Use \"select:NAME,NAME\" \
+                 to load tools by exact name.",
+                snapshot.tools().len(),
+                servers.join(", ")
+            ),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "What the tool should do, in a few words, or select:NAME[,NAME]"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 20, "description": "Most tools to return (default 5)"}
+                },
+                "required": ["query"]
+            }),
+        }
+    }
+
+    fn search(&self, snapshot: &Snapshot, arguments: &Value) -> Resolved {
+        let Some(query) = arguments
+            .get("query")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|q| !q.is_empty())
+        else {
+            return Resolved::Refused(
+                "search_tools needs a \"query\": a few words saying what the tool should do, or select:NAME".into(),
+            );
+        };
+        let limit = arguments
+            .get("limit")
+            .and_then(Value::as_u64)
+            .map_or(self.options.search_limit, |l| l.clamp(1, 20) as usize);
+        let hits = snapshot.search(query, limit);
+        let names: Vec<String> = hits
+            .iter()
+            .map(|h| snapshot.tools()[h.index].qualified_name.clone())
+            .collect();
+        let loaded = self.load(snapshot, names.clone());
+        let mut text = String::new();
+        if let Some(selected) = query.strip_prefix("select:") {
+            let missing = snapshot.unknown_selections(selected);
+            if !missing.is_empty() {
+                text.push_str(&format!(
+                    "No tool is named {}; search with words instead.\n",
+                    missing.join(", ")
+                ));
+            }
+        }
+        if hits.is_empty() {
+            text.push_str(&format!(
+                "No tool matches \"{query}\". Try other words (what the tool does, not the task), or select:NAME."
+            ));
+            return Resolved::Answered { text, loaded };
+        }
+        text.push_str(&format!(
+            "Loaded {} tool{}; call {} directly:\n",
+            hits.len(),
+            if hits.len() == 1 { "" } else { "s" },
+            if hits.len() == 1 { "it" } else { "them" }
+        ));
+        for hit in &hits {
+            let tool = &snapshot.tools()[hit.index];
+            text.push_str(&format!(
+                "- {}: {}\n",
+                tool.qualified_name,
+                one_line(tool.tool.description.as_deref().unwrap_or(""), 120)
+            ));
+        }
+        Resolved::Answered {
+            text: text.trim_end().to_string(),
+            loaded,
+        }
+    }
+}
+
+impl ToolSelection for SearchTools {
+    fn mode(&self) -> SelectionMode {
+        SelectionMode::Search
+    }
+
+    fn start_turn(&self, snapshot: &Snapshot, user_text: &str) -> Vec<String> {
+        if !self.options.keep_loaded
+            && let Ok(mut loaded) = self.loaded.lock()
+        {
+            loaded.clear();
+        }
+        if self.options.preload == 0 {
+            return Vec::new();
+        }
+        let names = snapshot
+            .search(user_text, self.options.preload)
+            .into_iter()
+            .map(|h| snapshot.tools()[h.index].qualified_name.clone());
+        self.load(snapshot, names)
+    }
+
+    fn offer(&self, snapshot: &Snapshot) -> Vec<ToolDefinition> {
+        let definitions = snapshot.definitions();
+        let mut offered: Vec<ToolDefinition> = (0..definitions.len())
+            .filter(|&i| snapshot.always_loaded(i))
+            .map(|i| definitions[i].clone())
+            .collect();
+        if self.options.search_tool {
+            offered.push(self.search_definition(snapshot));
+        }
+        for name in self.loaded() {
+            if let Some(position) = snapshot.position(&name) {
+                offered.push(definitions[position].clone());
+            }
+        }
+        offered
+    }
+
+    fn resolve(&self, snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved {
+        if name == SEARCH_TOOL {
+            return self.search(snapshot, &arguments);
+        }
+        let resolved = resolve_direct(snapshot, name, arguments);
+        if let Resolved::Tool { tool, .. } = &resolved {
+            // A model that calls a tool it was not offered (named by the user, say) may; it
+            // stays loaded so its definition is there for the next call.
+            self.load(snapshot, [tool.qualified_name.clone()]);
+        }
+        resolved
+    }
+
+    fn loaded(&self) -> Vec<String> {
+        self.loaded.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+}
+
+/// One `mcp_query` tool in front of every server.
+#[derive(Debug)]
+pub struct MetaTool {
+    options: SelectionOptions,
+}
+
+impl MetaTool {
+    /// The meta-tool selection.
+    pub fn new(options: SelectionOptions) -> MetaTool {
+        MetaTool { options }
+    }
+
+    /// `mcp_query`'s definition: its description lists servers and tools, in as much detail
+    /// as fits the budget (one-line descriptions, else names, else counts and the search).
+    pub fn definition(snapshot: &Snapshot) -> ToolDefinition {
+        let servers: Vec<&str> = snapshot
+            .servers()
+            .iter()
+            .filter(|s| !s.tools.is_empty())
+            .map(|s| s.server.as_str())
+            .collect();
+        let head = "Call a tool of one of the connected MCP servers: give \"server\", \"tool\" (its name on that \
+                    server) and \"params\" (the tool's arguments). To find a tool or see its parameters, call with \
+                    only \"query\" (words saying what it should do, or the tool's name).";
+        let mut description = String::new();
+        for detail in [2, 1, 0] {
+            description = format!("{head}\n{}", listing(snapshot, detail));
+            if description.len().div_ceil(4) <= META_DESCRIPTION_BUDGET {
+                break;
+            }
+        }
+        ToolDefinition {
+            name: META_TOOL.into(),
+            description,
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "server": {"type": "string", "enum": servers, "description": "The server that has the tool"},
+                    "tool": {"type": "string", "description": "The tool's name on that server"},
+                    "params": {"type": "object", "description": "The tool's arguments, as its schema says"},
+                    "query": {"type": "string", "description": "Instead of calling: find tools and their parameters"}
+                }
+            }),
+        }
+    }
+
+    fn query(&self, snapshot: &Snapshot, query: &str) -> Resolved {
+        let hits = snapshot.search(query, self.options.search_limit);
+        if hits.is_empty() {
+            return Resolved::Answered {
+                text: format!("No tool matches \"{query}\"; try other words."),
+                loaded: Vec::new(),
+            };
+        }
+        let mut text =
+            String::from("Matching tools (call mcp_query with server, tool and params):\n");
+        for hit in hits {
+            let tool = &snapshot.tools()[hit.index];
+            text.push_str(&format!(
+                "- server \"{}\", tool \"{}\": {} Parameters: {}\n",
+                tool.server,
+                tool.tool.name,
+                one_line(tool.tool.description.as_deref().unwrap_or(""), 160),
+                tool.tool.input_schema
+            ));
+        }
+        Resolved::Answered {
+            text: text.trim_end().to_string(),
+            loaded: Vec::new(),
+        }
+    }
+}
+
+/// Servers and their tools at three levels of detail: 2 one-line descriptions, 1 names, 0
+/// counts.
+fn listing(snapshot: &Snapshot, detail: u8) -> String {
+    let mut text = String::from("Servers:");
+    for server in snapshot.servers().iter().filter(|s| !s.tools.is_empty()) {
+        match detail {
+            2 => {
+                text.push_str(&format!("\n{}:", server.server));
+                for tool in &server.tools {
+                    text.push_str(&format!(
+                        "\n- {}: {}",
+                        tool.name,
+                        one_line(tool.description.as_deref().unwrap_or(""), 80)
+                    ));
+                }
+            }
+            1 => {
+                let names: Vec<&str> = server.tools.iter().map(|t| t.name.as_str()).collect();
+                text.push_str(&format!("\n{}: {}", server.server, names.join(", ")));
+            }
+            _ => text.push_str(&format!(
+                "\n{} ({} tools; find them with \"query\")",
+                server.server,
+                server.tools.len()
+            )),
+        }
+    }
+    text
+}
+
+impl ToolSelection for MetaTool {
+    fn mode(&self) -> SelectionMode {
+        SelectionMode::Meta
+    }
+
+    fn start_turn(&self, _snapshot: &Snapshot, _user_text: &str) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn offer(&self, snapshot: &Snapshot) -> Vec<ToolDefinition> {
+        let definitions = snapshot.definitions();
+        let mut offered: Vec<ToolDefinition> = (0..definitions.len())
+            .filter(|&i| snapshot.always_loaded(i))
+            .map(|i| definitions[i].clone())
+            .collect();
+        if !snapshot.tools().is_empty() {
+            offered.push(MetaTool::definition(snapshot));
+        }
+        offered
+    }
+
+    fn resolve(&self, snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved {
+        if name != META_TOOL {
+            return resolve_direct(snapshot, name, arguments);
+        }
+        let text = |key: &str| {
+            arguments
+                .get(key)
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+        };
+        let (server, tool) = (text("server"), text("tool"));
+        if let (Some(query), None) = (text("query"), tool) {
+            return self.query(snapshot, query);
+        }
+        let servers: Vec<&str> = snapshot
+            .servers()
+            .iter()
+            .map(|s| s.server.as_str())
+            .collect();
+        let Some(tool) = tool else {
+            return Resolved::Refused(
+                "mcp_query needs \"server\", \"tool\" and \"params\" to call a tool, or \"query\" to find one".into(),
+            );
+        };
+        // A model may put the qualified name in "tool" and leave "server" out.
+        let found = match server {
+            Some(server) => snapshot.find(server, tool),
+            None => snapshot.resolve(tool),
+        };
+        let Some(found) = found else {
+            if let Some(server) = server
+                && !servers.contains(&server)
+            {
+                return Resolved::Refused(format!(
+                    "unknown server \"{server}\"; the servers are {}",
+                    servers.join(", ")
+                ));
+            }
+            let suggestions = snapshot.search(tool, 3);
+            let near: Vec<String> = suggestions
+                .iter()
+                .map(|h| {
+                    let t = &snapshot.tools()[h.index];
+                    format!("server \"{}\" tool \"{}\"", t.server, t.tool.name)
+                })
+                .collect();
+            return Resolved::Refused(format!(
+                "no tool \"{tool}\"{}; {}",
+                server
+                    .map(|s| format!(" on server \"{s}\""))
+                    .unwrap_or_default(),
+                if near.is_empty() {
+                    "find it with {\"query\": \"what it does\"}".to_string()
+                } else {
+                    format!("did you mean {}?", near.join(", or "))
+                }
+            ));
+        };
+        let params = match arguments.get("params") {
+            None | Some(Value::Null) => Value::Object(Default::default()),
+            Some(Value::String(text)) => {
+                // Some models send the params object as a JSON string.
+                serde_json::from_str(text).unwrap_or(Value::String(text.clone()))
+            }
+            Some(other) => other.clone(),
+        };
+        if !params.is_object() {
+            return Resolved::Refused(format!(
+                "\"params\" must be an object of the tool's arguments; {} takes {}",
+                found.tool.name, found.tool.input_schema
+            ));
+        }
+        if let Some(problems) = schema_problems(&found.tool.input_schema, &params) {
+            return Resolved::Refused(format!(
+                "params do not match the input schema of server \"{}\" tool \"{}\": {problems}. Its schema is {}; call again with params that match it.",
+                found.server, found.tool.name, found.tool.input_schema
+            ));
+        }
+        Resolved::Tool {
+            tool: Box::new(found.clone()),
+            arguments: params,
+        }
+    }
+}
+
+/// `all` while the definitions fit in a tenth of the context window, `search` beyond.
+#[derive(Debug)]
+pub struct AutoTools {
+    budget: usize,
+    search: SearchTools,
+}
+
+impl AutoTools {
+    /// Auto over `options.context_window`.
+    pub fn new(options: SelectionOptions) -> AutoTools {
+        AutoTools {
+            budget: options.context_window / 10,
+            search: SearchTools::new(options),
+        }
+    }
+
+    /// Whether every definition fits the budget, so `all` applies.
+    pub fn fits(&self, snapshot: &Snapshot) -> bool {
+        estimate_tokens(snapshot.definitions()) <= self.budget
+    }
+}
+
+impl ToolSelection for AutoTools {
+    fn mode(&self) -> SelectionMode {
+        SelectionMode::Auto
+    }
+    fn start_turn(&self, snapshot: &Snapshot, user_text: &str) -> Vec<String> {
+        if self.fits(snapshot) {
+            return Vec::new();
+        }
+        self.search.start_turn(snapshot, user_text)
+    }
+    fn offer(&self, snapshot: &Snapshot) -> Vec<ToolDefinition> {
+        if self.fits(snapshot) {
+            snapshot.definitions().to_vec()
+        } else {
+            self.search.offer(snapshot)
+        }
+    }
+    fn resolve(&self, snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved {
+        if self.fits(snapshot) && name != SEARCH_TOOL {
+            return resolve_direct(snapshot, name, arguments);
+        }
+        self.search.resolve(snapshot, name, arguments)
+    }
+    fn loaded(&self) -> Vec<String> {
+        self.search.loaded()
+    }
+    fn effective_mode(&self, snapshot: &Snapshot) -> SelectionMode {
+        if self.fits(snapshot) {
+            SelectionMode::All
+        } else {
+            SelectionMode::Search
+        }
+    }
+}
+
+/// Tokens of the definitions each mode would send before anything is loaded (for `tether
+/// tools --tokens`); `search` counts the always-loaded tools and `search_tools`.
+pub fn tokens_per_mode(snapshot: &Snapshot, context_window: usize) -> Vec<(SelectionMode, usize)> {
+    let options = SelectionOptions {
+        context_window,
+        preload: 0,
+        ..SelectionOptions::default()
+    };
+    [
+        SelectionMode::All,
+        SelectionMode::Search,
+        SelectionMode::Meta,
+        SelectionMode::Auto,
+    ]
+    .into_iter()
+    .map(|mode| {
+        let selection = selection_for(&SelectionOptions {
+            mode,
+            ..options.clone()
+        });
+        (mode, estimate_tokens(&selection.offer(snapshot)))
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::ServerTools;
+    use tether_protocol::Tool;
+
+    fn tool(name: &str, description: &str, schema: Value) -> Tool {
+        serde_json::from_value(
+            json!({"name": name, "description": description, "inputSchema": schema}),
+        )
+        .unwrap()
+    }
+
+    fn snapshot() -> Snapshot {
+        let number = json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]});
+        let mut math: Vec<Tool> = vec![
+            tool("add", "Add two numbers.", number.clone()),
+            tool("multiply", "Multiply two numbers.", number),
+        ];
+        for i in 0..200 {
+            math.push(tool(
+                &format!("filler_{i}"),
+                &format!("Filler operation number {i} on widgets."),
+                json!({"type": "object"}),
+            ));
+        }
+        Snapshot::new(vec![
+            ServerTools {
+                server: "time".into(),
+                tools: vec![tool("now", "The current time.", json!({"type": "object"}))],
+                always_load: true,
+            },
+            ServerTools {
+                server: "math".into(),
+                tools: math,
+                always_load: false,
+            },
+        ])
+    }
+
+    fn names(definitions: &[ToolDefinition]) -> Vec<&str> {
+        definitions.iter().map(|d| d.name.as_str()).collect()
+    }
+
+    #[test]
+    fn search_preloads_then_appends_what_a_search_loads() {
+        let snapshot = snapshot();
+        let search = SearchTools::new(SelectionOptions {
+            mode: SelectionMode::Search,
+            preload: 1,
+            ..SelectionOptions::default()
+        });
+        assert_eq!(
+            names(&search.offer(&snapshot)),
+            ["time__now", SEARCH_TOOL],
+            "always-loaded first, then the search tool"
+        );
+        assert_eq!(
+            search.start_turn(&snapshot, "please add 2 and 3"),
+            ["math__add"]
+        );
+        let Resolved::Answered { text, loaded } = search.resolve(
+            &snapshot,
+            SEARCH_TOOL,
+            json!({"query": "multiply numbers", "limit": 1}),
+        ) else {
+            panic!("a search is answered by the selection")
+        };
+        assert_eq!(loaded, ["math__multiply"]);
+        assert!(
+            text.contains("math__multiply: Multiply two numbers."),
+            "{text}"
+        );
+        assert_eq!(
+            names(&search.offer(&snapshot)),
+            ["time__now", SEARCH_TOOL, "math__add", "math__multiply"],
+            "loaded tools are appended in load order"
+        );
+        assert!(matches!(
+            search.resolve(&snapshot, "math__nothing", json!({})),
+            Resolved::Unknown
+        ));
+    }
+
+    #[test]
+    fn meta_validates_against_the_real_schema() {
+        let snapshot = snapshot();
+        let meta = MetaTool::new(SelectionOptions::default());
+        assert_eq!(names(&meta.offer(&snapshot)), ["time__now", META_TOOL]);
+        let call = |args: Value| meta.resolve(&snapshot, META_TOOL, args);
+        match call(json!({"server": "math", "tool": "add", "params": {"a": 1, "b": 2}})) {
+            Resolved::Tool { tool, arguments } => {
+                assert_eq!(tool.qualified_name, "math__add");
+                assert_eq!(arguments, json!({"a": 1, "b": 2}));
+            }
+            other => panic!("{other:?}"),
+        }
+        let Resolved::Refused(bad) =
+            call(json!({"server": "math", "tool": "add", "params": {"a": "x"}}))
+        else {
+            panic!("bad params are refused")
+        };
+        assert!(
+            bad.contains("\"required\":[\"a\",\"b\"]"),
+            "the schema is in the error: {bad}"
+        );
+        let Resolved::Refused(wrong) = call(json!({"server": "maths", "tool": "add"})) else {
+            panic!()
+        };
+        assert!(
+            wrong.contains("unknown server \"maths\"") && wrong.contains("math"),
+            "{wrong}"
+        );
+        let Resolved::Refused(typo) = call(json!({"server": "math", "tool": "ad"})) else {
+            panic!()
+        };
+        assert!(typo.contains("no tool \"ad\" on server \"math\""), "{typo}");
+        let Resolved::Answered { text, .. } = call(json!({"query": "multiply"})) else {
+            panic!()
+        };
+        assert!(
+            text.contains("tool \"multiply\"") && text.contains("Parameters"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn meta_description_shrinks_to_its_budget() {
+        let snapshot = snapshot();
+        let definition = MetaTool::definition(&snapshot);
+        assert!(definition.description.len() / 4 <= META_DESCRIPTION_BUDGET);
+        assert!(definition.description.contains("math"));
+    }
+
+    #[test]
+    fn auto_is_all_while_it_fits_and_search_beyond() {
+        let snapshot = snapshot();
+        let roomy = AutoTools::new(SelectionOptions {
+            context_window: 1_000_000,
+            ..SelectionOptions::default()
+        });
+        assert_eq!(roomy.offer(&snapshot).len(), snapshot.tools().len());
+        let tight = AutoTools::new(SelectionOptions {
+            context_window: 8_000,
+            ..SelectionOptions::default()
+        });
+        let offered = tight.offer(&snapshot);
+        assert!(
+            names(&offered).contains(&SEARCH_TOOL),
+            "{:?}",
+            names(&offered)
+        );
+        assert!(offered.len() < 5);
+    }
+}
