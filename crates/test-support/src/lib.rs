@@ -94,6 +94,22 @@ pub fn time_stdio() -> String {
     )
 }
 
+/// `--stdio` command line for the BFCL fixture: every BFCL v4 function (1,853 tools) as one
+/// server named `bfcl` (built by scripts/install-peers.sh into `peers/bfcl`).
+pub fn bfcl_stdio() -> String {
+    let tools = workspace_root().join("peers/bfcl/tools.json");
+    assert!(
+        tools.exists(),
+        "{} is missing; run scripts/install-peers.sh",
+        tools.display()
+    );
+    format!(
+        "bfcl=python3 {} serve {}",
+        quote(&fixture("bfcl_server.py")),
+        quote(&tools)
+    )
+}
+
 /// `--stdio` command line for a misbehaving fixture server (see its docstring for modes).
 pub fn misbehaving_stdio(mode: &str) -> String {
     format!(

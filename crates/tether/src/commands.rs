@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use futures::future::join_all;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+use tether_catalog::ToolCatalog;
 use tether_mcp::config::{adhoc_stdio, adhoc_url};
 use tether_mcp::{
     Completion, Config, HostHandler, McpError, Root, ServerConfig, ServerRegistry, ServerState,
@@ -62,9 +63,19 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
         Command::ConformanceClient { url } => crate::conformance::run(url).await,
         Command::Auth { action } => crate::auth::command(&servers, action, json).await,
         Command::Servers => servers_command(&servers, json, shared).await,
-        Command::Tools { server, schema } => {
+        Command::Tools {
+            server,
+            schema,
+            search,
+            limit,
+            tokens,
+        } => {
             let registry = start(&servers, server.as_deref(), &shared).await?;
-            let outcome = tools_command(&registry, json, schema).await;
+            let outcome = match (search, tokens) {
+                (Some(query), _) => tools_search_command(&registry, &query, limit, json).await,
+                (None, true) => tools_tokens_command(&registry, &settings, json).await,
+                (None, false) => tools_command(&registry, json, schema).await,
+            };
             registry.shutdown().await;
             outcome
         }
@@ -321,6 +332,140 @@ async fn tools_command(registry: &ServerRegistry, json: bool, schema: bool) -> R
         render::print_json(&json!(router.tools()));
     } else {
         render::tools(router.tools(), schema, registry.connections().count() > 0);
+    }
+    let mut errors: Vec<String> = registry.failures().map(|e| e.to_string()).collect();
+    errors.extend(list_errors.iter().map(|e| e.to_string()));
+    partial_failure(errors)
+}
+
+/// `tools --search`: the catalogue's ranking for a query, best first.
+async fn tools_search_command(
+    registry: &ServerRegistry,
+    query: &str,
+    limit: usize,
+    json: bool,
+) -> Result<(), Failure> {
+    let (catalog, list_errors) = ToolCatalog::load(registry).await;
+    let snapshot = catalog.snapshot();
+    let hits = snapshot.search(query, limit.max(1));
+    let rows: Vec<Value> = hits
+        .iter()
+        .map(|hit| {
+            let tool = &snapshot.tools()[hit.index];
+            json!({
+                "name": tool.qualified_name,
+                "server": tool.server,
+                "tool": tool.tool.name,
+                "score": (hit.score * 1000.0).round() / 1000.0,
+                "exact": hit.exact,
+                "description": tool.tool.description.clone().unwrap_or_default(),
+            })
+        })
+        .collect();
+    if json {
+        render::print_json(&Value::Array(rows));
+    } else if rows.is_empty() {
+        println!(
+            "(no tool matches \"{query}\" among {} tools)",
+            snapshot.tools().len()
+        );
+    } else {
+        for (hit, row) in hits.iter().zip(&rows) {
+            println!(
+                "{:>8.3}{} {}  {}",
+                hit.score,
+                if hit.exact { "=" } else { " " },
+                row["name"].as_str().unwrap_or_default(),
+                tether_catalog::one_line(row["description"].as_str().unwrap_or_default(), 100)
+            );
+        }
+    }
+    if let Some(names) = query.trim().strip_prefix("select:") {
+        let missing = snapshot.unknown_selections(names);
+        if !missing.is_empty() {
+            eprintln!("warning: no tool is named {}", missing.join(", "));
+        }
+    }
+    let mut errors: Vec<String> = registry.failures().map(|e| e.to_string()).collect();
+    errors.extend(list_errors.iter().map(|e| e.to_string()));
+    partial_failure(errors)
+}
+
+/// `tools --tokens`: what tool definitions cost, per server and per request in each mode.
+async fn tools_tokens_command(
+    registry: &ServerRegistry,
+    settings: &Map<String, Value>,
+    json: bool,
+) -> Result<(), Failure> {
+    let (catalog, list_errors) = ToolCatalog::load(registry).await;
+    let snapshot = catalog.snapshot();
+    let window = settings
+        .get("contextWindow")
+        .and_then(Value::as_u64)
+        .map_or(tether_catalog::selection::DEFAULT_CONTEXT_WINDOW, |n| {
+            n as usize
+        });
+    let servers: Vec<Value> = snapshot
+        .servers()
+        .iter()
+        .map(|server| {
+            let definitions: Vec<_> = snapshot
+                .tools()
+                .iter()
+                .zip(snapshot.definitions())
+                .filter(|(tool, _)| tool.server == server.server)
+                .map(|(_, definition)| definition.clone())
+                .collect();
+            json!({
+                "server": server.server,
+                "tools": definitions.len(),
+                "tokens": tether_catalog::estimate_tokens(&definitions),
+                "alwaysLoad": server.always_load,
+            })
+        })
+        .collect();
+    let total = tether_catalog::estimate_tokens(snapshot.definitions());
+    let modes = tether_catalog::tokens_per_mode(&snapshot, window);
+    if json {
+        let modes: Map<String, Value> = modes
+            .iter()
+            .map(|(mode, tokens)| (mode.as_str().to_string(), json!(tokens)))
+            .collect();
+        render::print_json(&json!({
+            "servers": servers,
+            "total": {"tools": snapshot.tools().len(), "tokens": total},
+            "modes": modes,
+            "contextWindow": window,
+        }));
+    } else {
+        println!("{:<24} {:>6} {:>9}", "server", "tools", "tokens");
+        for server in &servers {
+            println!(
+                "{:<24} {:>6} {:>9}{}",
+                server["server"].as_str().unwrap_or_default(),
+                server["tools"].as_u64().unwrap_or_default(),
+                server["tokens"].as_u64().unwrap_or_default(),
+                if server["alwaysLoad"] == true {
+                    "  (alwaysLoad)"
+                } else {
+                    ""
+                }
+            );
+        }
+        println!("{:<24} {:>6} {:>9}", "total", snapshot.tools().len(), total);
+        println!();
+        println!("tokens of tool definitions per request, before a search loads any tool:");
+        for (mode, tokens) in &modes {
+            let note = match mode {
+                tether_catalog::SelectionMode::Auto => format!(
+                    "  (all while the tools fit in {} tokens, a tenth of a {window}-token context window)",
+                    window / 10
+                ),
+                tether_catalog::SelectionMode::Search => "  (+ each loaded tool)".to_string(),
+                _ => String::new(),
+            };
+            println!("  --tools {:<7} {:>9}{note}", mode.as_str(), tokens);
+        }
     }
     let mut errors: Vec<String> = registry.failures().map(|e| e.to_string()).collect();
     errors.extend(list_errors.iter().map(|e| e.to_string()));

@@ -123,6 +123,16 @@ enum Command {
         /// Also print input and output schemas.
         #[arg(long)]
         schema: bool,
+        /// Rank every tool for QUERY as the model's tool search does (words, a tool's name, or
+        /// select:NAME,NAME) and print score, qualified name and description.
+        #[arg(long, value_name = "QUERY")]
+        search: Option<String>,
+        /// With --search: how many tools to print.
+        #[arg(long, default_value_t = 10, value_name = "K")]
+        limit: usize,
+        /// Tokens of tool definitions per server, and per request in each --tools mode.
+        #[arg(long, conflicts_with = "search")]
+        tokens: bool,
     },
     /// Call a tool: arguments as one JSON object or as key=value pairs.
     Call {
