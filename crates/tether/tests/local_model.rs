@@ -89,3 +89,36 @@ fn embedded_model_reads_a_file_under_the_working_directory() {
         .unwrap();
     assert_eq!(finished["result"], "The meeting is on Tuesday.");
 }
+
+#[test]
+fn embedded_model_picks_the_right_tool_among_1853() {
+    // Auto mode: the BFCL catalogue is far over a tenth of the 8k context, so the question's
+    // best matches are pre-selected and the grammar is built over them alone.
+    let dir = empty_dir("bfcl");
+    let bfcl = test_support::bfcl_stdio();
+    let (code, events, stderr) = run_json(
+        &dir,
+        "Calculate the factorial of 5 with math.factorial.",
+        &["--stdio", &bfcl, "--approve", "auto", "--max-steps", "2"],
+    );
+    assert!(code == 0 || code == 4, "{stderr}");
+    let loaded = events
+        .iter()
+        .find(|e| e["type"] == "tools_loaded")
+        .expect("tools were pre-selected");
+    assert!(loaded["names"].as_array().unwrap().len() <= 3, "{loaded}");
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_started")
+        .unwrap_or_else(|| panic!("a tool was called: {events:#?}"));
+    assert_eq!(started["name"], "bfcl__math_factorial", "{events:#?}");
+    assert_eq!(started["arguments"]["number"], 5, "{events:#?}");
+    let finished = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished")
+        .unwrap();
+    assert!(
+        finished["result"].as_str().unwrap().contains("math.factorial"),
+        "{finished}"
+    );
+}
