@@ -2,6 +2,7 @@
 # Benchmarks Tether against peers in one run and prints the ratios (see README):
 #   mcp   — tools/call round trips vs the TypeScript and Python SDK clients; parallel start-up
 #   local — embedded-model tool-call accuracy with and without grammar; tokens/s vs llama-bench
+#   search — tool-search recall and speed over the BFCL v4 fixture (1,853 tools); tokens per mode
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -27,4 +28,5 @@ if [ ! -x "$bench_dir/build/bin/llama-bench" ]; then
   cmake --build "$bench_dir/build" --target llama-bench -j "$(nproc)" >/dev/null
 fi
 export LLAMA_BENCH="$bench_dir/build/bin/llama-bench"
+cargo bench --locked -p tether-catalog --bench search
 cargo bench --locked -p tether --bench mcp --bench local "$@"

@@ -9,6 +9,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use rust_stemmers::{Algorithm, Stemmer};
 use serde::Serialize;
 use serde_json::Value;
@@ -111,11 +113,15 @@ pub struct SearchIndex {
 impl SearchIndex {
     /// Indexes `tools` in order; hits refer to positions in this list.
     pub fn build(tools: &[QualifiedTool], ranking: Ranking) -> SearchIndex {
-        let mut analyser = Analyser::new(ranking.analyse);
+        let stemmer = ranking.analyse.then(|| Stemmer::create(Algorithm::English));
         let mut vocabulary: HashMap<String, u32> = HashMap::new();
         let mut postings: Vec<Vec<(u32, f32)>> = Vec::new();
         let mut lengths = Vec::with_capacity(tools.len());
         let mut names: HashMap<String, Vec<u32>> = HashMap::new();
+        // Each distinct lower-cased word is analysed once: tool descriptions repeat the same
+        // words thousands of times, and stemming and hashing them again was most of the build.
+        let mut word_terms: FxHashMap<String, Option<u32>> = FxHashMap::default();
+        let mut word = String::new();
         // Dense per-term scratch for one document, and which entries it touched.
         let mut frequencies: Vec<f32> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
@@ -123,24 +129,44 @@ impl SearchIndex {
             let doc = doc as u32;
             let mut length = 0.0f32;
             let mut add = |text: &str, weight: f64| {
-                analyser.each_term(text, |term| {
-                    let id = match vocabulary.get(term) {
-                        Some(&id) => id,
+                let mut visit = |piece: &str| {
+                    word.clear();
+                    word.extend(piece.chars().flat_map(char::to_lowercase));
+                    let term = match word_terms.get(word.as_str()) {
+                        Some(term) => *term,
                         None => {
-                            let id = postings.len() as u32;
-                            vocabulary.insert(term.to_string(), id);
-                            postings.push(Vec::new());
-                            frequencies.push(0.0);
-                            id
+                            let stem = match &stemmer {
+                                Some(stemmer) => (!STOP_WORDS.contains(&word.as_str()))
+                                    .then(|| stemmer.stem(&word).into_owned()),
+                                None => Some(word.clone()),
+                            };
+                            let term = stem.map(|stem| {
+                                *vocabulary.entry(stem).or_insert_with(|| {
+                                    postings.push(Vec::new());
+                                    frequencies.push(0.0);
+                                    (postings.len() - 1) as u32
+                                })
+                            });
+                            word_terms.insert(word.clone(), term);
+                            term
                         }
                     };
-                    let slot = &mut frequencies[id as usize];
-                    if *slot == 0.0 {
-                        touched.push(id);
+                    if let Some(id) = term {
+                        let slot = &mut frequencies[id as usize];
+                        if *slot == 0.0 {
+                            touched.push(id);
+                        }
+                        *slot += weight as f32;
+                        length += weight as f32;
                     }
-                    *slot += weight as f32;
-                    length += weight as f32;
-                });
+                };
+                if stemmer.is_some() {
+                    each_word(text, &mut visit);
+                } else {
+                    text.split(|c: char| !c.is_alphanumeric())
+                        .filter(|w| !w.is_empty())
+                        .for_each(&mut visit);
+                }
             };
             add(&tool.tool.name, ranking.name_weight);
             add(&tool.server, ranking.name_weight / 3.0);

@@ -62,23 +62,28 @@ fn numbers_schema() -> Value {
 /// The tool list, in a fixed order.
 fn builtin_tools() -> Vec<Tool> {
     vec![
-        tool("add", "Add", "Add two numbers: a + b.", numbers_schema()),
+        tool(
+            "add",
+            "Add",
+            "Add two numbers: a + b (a plus b, their sum).",
+            numbers_schema(),
+        ),
         tool(
             "subtract",
             "Subtract",
-            "Subtract two numbers: a - b.",
+            "Subtract two numbers: a - b (a minus b, the difference).",
             numbers_schema(),
         ),
         tool(
             "multiply",
             "Multiply",
-            "Multiply two numbers: a * b.",
+            "Multiply two numbers: a * b (a times b, their product).",
             numbers_schema(),
         ),
         tool(
             "divide",
             "Divide",
-            "Divide two numbers: a / b.",
+            "Divide two numbers: a / b (a divided by b, the quotient).",
             numbers_schema(),
         ),
         tool(
@@ -90,7 +95,7 @@ fn builtin_tools() -> Vec<Tool> {
         tool(
             "read_file",
             "Read file",
-            "Read a text file under the current directory (read-only).",
+            "Read a text file under the current directory and show what is in it (read-only).",
             json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
         ),
         tool(

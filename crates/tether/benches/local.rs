@@ -147,6 +147,11 @@ fn main() {
             ServerConfig::stdio("everything", npm_bin("mcp-server-everything").display().to_string(), vec!["stdio".into()]),
         ];
         let registry = ServerRegistry::start(servers, std::sync::Arc::new(tether_mcp::HeadlessHost)).await;
+        if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("bfcl") {
+            registry.shutdown().await;
+            bfcl(&path).await;
+            return;
+        }
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("speed") {
             registry.shutdown().await;
             speed(&path).await;
@@ -204,6 +209,124 @@ fn main() {
         registry.shutdown().await;
         speed(&path).await;
     });
+}
+
+/// The first 100 BFCL simple_python questions, each with its own function among 100
+/// distractors from the BFCL fixture: every tool offered, or the three pre-selected for the
+/// question as `--tools auto` does for the embedded model. Scored on the tool name, and on the
+/// name plus the required arguments' first accepted values.
+async fn bfcl(path: &std::path::Path) {
+    let dir = test_support::workspace_root().join("peers/bfcl");
+    let tools: Vec<tether_protocol::Tool> = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("tools.json")).expect("run scripts/install-peers.sh"),
+    )
+    .unwrap();
+    let questions: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("questions.json")).unwrap())
+            .unwrap();
+    let questions: Vec<&Value> = questions
+        .iter()
+        .filter(|q| q["category"] == "simple_python")
+        .take(100)
+        .collect();
+    let provider = LocalProvider::load(path, "local".into(), LocalOptions::default()).unwrap();
+    println!(
+        "BFCL simple_python, first {} questions, each with 100 distractor tools",
+        questions.len()
+    );
+    // Without pre-selection every question's prompt holds 101 tools (about 16 s of prompt
+    // processing each on two cores), so that side runs on the first 25 questions only.
+    for (preselect, count) in [(true, questions.len()), (false, 25.min(questions.len()))] {
+        let (mut names, mut both, mut offered_right, mut failed) = (0, 0, 0, 0);
+        let started = Instant::now();
+        for (i, question) in questions.iter().take(count).enumerate() {
+            let wanted = question["expected"][0].as_str().unwrap();
+            let own = tools.iter().find(|t| t.name == wanted).unwrap().clone();
+            // Distractors: a fixed stride through the catalogue, never the question's own.
+            let mut offered: Vec<tether_protocol::Tool> = (0..)
+                .map(|k| &tools[(i * 131 + k * 17) % tools.len()])
+                .filter(|t| t.name != wanted)
+                .take(100)
+                .cloned()
+                .collect();
+            offered.insert((i * 7) % 100, own.clone());
+            let snapshot = tether_catalog::Snapshot::new(vec![tether_catalog::ServerTools {
+                server: "bfcl".into(),
+                tools: offered,
+                always_load: false,
+            }]);
+            let text = question["question"].as_str().unwrap();
+            let definitions = if preselect {
+                let selection = SearchTools::new(SelectionOptions {
+                    mode: SelectionMode::Search,
+                    search_tool: false,
+                    preload: 3,
+                    keep_loaded: false,
+                    ..SelectionOptions::default()
+                });
+                selection.start_turn(&snapshot, text);
+                selection.offer(&snapshot)
+            } else {
+                snapshot.definitions().to_vec()
+            };
+            let qualified = snapshot
+                .tools()
+                .iter()
+                .find(|t| t.tool.name == wanted)
+                .unwrap()
+                .qualified_name
+                .clone();
+            offered_right += usize::from(definitions.iter().any(|d| d.name == qualified));
+            let request = ChatRequest {
+                messages: vec![
+                    Message::system("You are a helpful assistant with tools."),
+                    Message::user(text),
+                ],
+                tools: definitions,
+                tool_choice: ToolChoice::Auto,
+                max_tokens: None,
+                temperature: None,
+            };
+            let Ok(response) = complete(&provider, &request).await else {
+                failed += 1;
+                continue;
+            };
+            let call = response.tool_calls.first();
+            let name_ok = call.is_some_and(|c| c.name == qualified);
+            let required: Vec<&str> = own.input_schema["required"]
+                .as_array()
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let expected: serde_json::Map<String, Value> = question["arguments"]
+                .as_object()
+                .map(|a| {
+                    a.iter()
+                        .filter(|(k, _)| required.contains(&k.as_str()))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let args_ok = name_ok
+                && call.is_some_and(|c| {
+                    arguments_match(
+                        &Value::Object(expected.clone()),
+                        &serde_json::from_str(&c.arguments).unwrap_or(Value::Null),
+                    )
+                });
+            names += usize::from(name_ok);
+            both += usize::from(args_ok);
+        }
+        let n = count;
+        println!(
+            "  {}: correct tool {names}/{n}, correct tool and required arguments {both}/{n}, right tool offered {offered_right}/{n}, model errors (e.g. context exceeded) {failed}, {:.1}s per question",
+            if preselect {
+                "3 pre-selected tools"
+            } else {
+                "all 101 tools offered"
+            },
+            started.elapsed().as_secs_f64() / n as f64
+        );
+    }
 }
 
 /// Prompt and generation tokens/s of the embedded provider, next to llama.cpp's own

@@ -118,7 +118,10 @@ fn embedded_model_picks_the_right_tool_among_1853() {
         .find(|e| e["type"] == "tool_call_finished")
         .unwrap();
     assert!(
-        finished["result"].as_str().unwrap().contains("math.factorial"),
+        finished["result"]
+            .as_str()
+            .unwrap()
+            .contains("math.factorial"),
         "{finished}"
     );
 }

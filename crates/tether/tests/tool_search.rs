@@ -114,6 +114,11 @@ fn search_mode_over_1853_tools_sends_under_2000_tokens_and_calls_what_it_found()
                 ),
                 Reply::call(
                     "call_2",
+                    "search_tools",
+                    r#"{"query": "select:bfcl__prob_dist_binomial"}"#,
+                ),
+                Reply::call(
+                    "call_3",
                     "bfcl__prob_dist_binomial",
                     r#"{"trials": 10, "successes": 5}"#,
                 ),
@@ -128,7 +133,7 @@ fn search_mode_over_1853_tools_sends_under_2000_tokens_and_calls_what_it_found()
         );
         assert_eq!(run.code, 0, "{wire:?}: {}\n{}", run.stderr, run.stdout);
         let requests = model.requests();
-        assert_eq!(requests.len(), 3, "{wire:?}");
+        assert_eq!(requests.len(), 4, "{wire:?}");
         let first = names(&requests[0]);
         assert!(
             !first.is_empty(),
@@ -163,7 +168,12 @@ fn search_mode_over_1853_tools_sends_under_2000_tokens_and_calls_what_it_found()
             told.contains("bfcl__prob_dist_binomial: Compute the probability"),
             "{wire:?}: the search result names the tool: {told}"
         );
-        let third = requests[2].body.to_string();
+        let selected = requests[2].body.to_string();
+        assert!(
+            selected.contains(r"Loaded 1 tool; call it directly:\n- bfcl__prob_dist_binomial"),
+            "{wire:?}: select: answers with exactly the named tool: {selected}"
+        );
+        let third = requests[3].body.to_string();
         assert!(
             third.contains(r#"\"called\": \"prob_dist.binomial\""#),
             "{wire:?}: the call reached the server's prob_dist.binomial: {third}"
@@ -193,33 +203,38 @@ fn search_mode_over_1853_tools_sends_under_2000_tokens_and_calls_what_it_found()
 
 #[test]
 fn auto_is_the_default_and_switches_to_search_for_a_large_catalogue() {
-    let model = ScriptedModel::start(
-        Wire::OpenAi,
-        vec![
-            Reply::call("call_1", "bfcl__math_factorial", r#"{"number": 5}"#),
-            Reply::text("120"),
-        ],
-    );
-    let run = tether_run(
-        &model,
-        Wire::OpenAi,
-        &bfcl_stdio(),
-        &["Compute 5! with math.factorial."],
-    );
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    let requests = model.requests();
-    let first = names(&requests[0]);
-    assert_eq!(first[0], "search_tools", "{first:?}");
-    assert_eq!(
-        first[1], "bfcl__math_factorial",
-        "a tool named in the question is pre-loaded first: {first:?}"
-    );
-    assert!(tool_tokens(&requests[0]) < 2_000);
-    assert!(
-        requests[1].body.to_string().contains("math.factorial"),
-        "{:#}",
-        requests[1].body
-    );
+    for wire in WIRES {
+        let model = ScriptedModel::start(
+            wire,
+            vec![
+                Reply::call("call_1", "bfcl__math_factorial", r#"{"number": 5}"#),
+                Reply::text("120"),
+            ],
+        );
+        let run = tether_run(
+            &model,
+            wire,
+            &bfcl_stdio(),
+            &["Compute 5! with math.factorial."],
+        );
+        assert_eq!(run.code, 0, "{wire:?}: {}", run.stderr);
+        let requests = model.requests();
+        let first = names(&requests[0]);
+        assert_eq!(first[0], "search_tools", "{wire:?}: {first:?}");
+        assert_eq!(
+            first[1], "bfcl__math_factorial",
+            "{wire:?}: a tool named in the question is pre-loaded first: {first:?}"
+        );
+        assert!(tool_tokens(&requests[0]) < 2_000);
+        assert!(
+            requests[1]
+                .body
+                .to_string()
+                .contains(r#"\"called\": \"math.factorial\""#),
+            "{wire:?}: {:#}",
+            requests[1].body
+        );
+    }
 
     // A small catalogue is sent whole.
     let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("hi")]);
@@ -593,5 +608,64 @@ fn a_chat_offers_the_tools_a_server_added_in_an_earlier_turn() {
         names(&requests[2]).contains(&"misbehaving_server__grown_tool".to_string()),
         "the second turn sees the grown tool: {:?}",
         names(&requests[2])
+    );
+}
+
+#[test]
+fn chat_marks_the_tools_a_turn_loaded() {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call(
+                "call_1",
+                "search_tools",
+                r#"{"query": "binomial probability", "limit": 2}"#,
+            ),
+            Reply::text("found them"),
+        ],
+    );
+    let dir = scratch_dir("tool_search", "chat-marks");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "chat",
+            "--model",
+            "openai:scripted-model",
+            "--base-url",
+            &model.base_url(),
+            "--tools",
+            "search",
+            "--stdio",
+            &bfcl_stdio(),
+        ])
+        .current_dir(&dir)
+        .env("OPENAI_API_KEY", "test-key")
+        .env("TETHER_DATA_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"hello there\n/tools binomial\n").unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("+ search \"binomial probability\" loaded bfcl__"),
+        "the turn says what it loaded: {stderr}"
+    );
+    let marked: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with(" *bfcl__"))
+        .collect();
+    assert_eq!(marked.len(), 2, "the two loaded tools are marked: {stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("  bfcl__") && l.contains("binomial")),
+        "tools not loaded are listed unmarked: {stderr}"
     );
 }
