@@ -5,21 +5,20 @@
 //! an error result it can recover from; only the model itself failing ends the turn.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::future::{BoxFuture, join_all};
 use serde::Serialize;
 use serde_json::Value;
-use std::sync::Arc;
-use tether_llm::{
-    ChatRequest, ChatResponse, LlmError, Provider, ResponseBuilder, RetryPolicy, StreamEvent,
-    ToolChoice,
-};
-
 use tether_catalog::{
     ApprovalMode, ApprovalRules, Decision, META_TOOL, Resolved, SEARCH_TOOL, SelectionMode,
     Snapshot, ToolCatalog, ToolSelection, decide, schema_problems,
+};
+use tether_llm::{
+    ChatRequest, ChatResponse, LlmError, Provider, ResponseBuilder, RetryPolicy, StreamEvent,
+    ToolChoice,
 };
 use tether_mcp::ServerRegistry;
 use tether_mcp::error::near_matches;

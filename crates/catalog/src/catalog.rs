@@ -85,6 +85,16 @@ impl Snapshot {
         self.always_load.get(index).copied().unwrap_or(false)
     }
 
+    /// The definitions of the `"alwaysLoad"` servers' tools, in snapshot order.
+    pub fn always_loaded_definitions(&self) -> Vec<ToolDefinition> {
+        self.definitions
+            .iter()
+            .zip(&self.always_load)
+            .filter(|(_, always)| **always)
+            .map(|(definition, _)| definition.clone())
+            .collect()
+    }
+
     /// Position of a tool by qualified name.
     pub fn position(&self, qualified_name: &str) -> Option<usize> {
         let tool = self.router.resolve(qualified_name)?;

@@ -326,17 +326,13 @@ impl ToolSelection for SearchTools {
     }
 
     fn offer(&self, snapshot: &Snapshot) -> Vec<ToolDefinition> {
-        let definitions = snapshot.definitions();
-        let mut offered: Vec<ToolDefinition> = (0..definitions.len())
-            .filter(|&i| snapshot.always_loaded(i))
-            .map(|i| definitions[i].clone())
-            .collect();
+        let mut offered = snapshot.always_loaded_definitions();
         if self.options.search_tool {
             offered.push(self.search_definition(snapshot));
         }
         for name in self.loaded() {
             if let Some(position) = snapshot.position(&name) {
-                offered.push(definitions[position].clone());
+                offered.push(snapshot.definitions()[position].clone());
             }
         }
         offered
@@ -473,11 +469,7 @@ impl ToolSelection for MetaTool {
     }
 
     fn offer(&self, snapshot: &Snapshot) -> Vec<ToolDefinition> {
-        let definitions = snapshot.definitions();
-        let mut offered: Vec<ToolDefinition> = (0..definitions.len())
-            .filter(|&i| snapshot.always_loaded(i))
-            .map(|i| definitions[i].clone())
-            .collect();
+        let mut offered = snapshot.always_loaded_definitions();
         if !snapshot.tools().is_empty() {
             offered.push(MetaTool::definition(snapshot));
         }

@@ -152,11 +152,6 @@ impl ServerRegistry {
         (ToolRouter::new(catalog), errors)
     }
 
-    /// Whether any server said its tools changed since they were last listed.
-    pub fn tools_changed(&self) -> bool {
-        self.connections().any(ServerConnection::tools_changed)
-    }
-
     /// Tells every connected server that the host's roots changed.
     pub async fn roots_changed(&self) -> Vec<McpError> {
         join_all(self.connections().map(ServerConnection::roots_changed))

@@ -119,6 +119,22 @@ fn cases() -> Vec<(&'static str, &'static str, Value)> {
     ]
 }
 
+/// The three tools `--tools auto` pre-selects for `prompt` when the embedded model is used.
+fn preselected(
+    snapshot: &tether_catalog::Snapshot,
+    prompt: &str,
+) -> Vec<tether_protocol::chat::ToolDefinition> {
+    let selection = SearchTools::new(SelectionOptions {
+        mode: SelectionMode::Search,
+        search_tool: false,
+        preload: 3,
+        keep_loaded: false,
+        ..SelectionOptions::default()
+    });
+    selection.start_turn(snapshot, prompt);
+    selection.offer(snapshot)
+}
+
 fn arguments_match(expected: &Value, actual: &Value) -> bool {
     expected
         .as_object()
@@ -169,15 +185,7 @@ fn main() {
             let started = Instant::now();
             for (prompt, tool, arguments) in cases() {
                 let offered = if preselect {
-                    let selection = SearchTools::new(SelectionOptions {
-                        mode: SelectionMode::Search,
-                        search_tool: false,
-                        preload: 3,
-                        keep_loaded: false,
-                        ..SelectionOptions::default()
-                    });
-                    selection.start_turn(&snapshot, prompt);
-                    selection.offer(&snapshot)
+                    preselected(&snapshot, prompt)
                 } else {
                     tools.clone()
                 };
@@ -257,15 +265,7 @@ async fn bfcl(path: &std::path::Path) {
             }]);
             let text = question["question"].as_str().unwrap();
             let definitions = if preselect {
-                let selection = SearchTools::new(SelectionOptions {
-                    mode: SelectionMode::Search,
-                    search_tool: false,
-                    preload: 3,
-                    keep_loaded: false,
-                    ..SelectionOptions::default()
-                });
-                selection.start_turn(&snapshot, text);
-                selection.offer(&snapshot)
+                preselected(&snapshot, text)
             } else {
                 snapshot.definitions().to_vec()
             };

@@ -604,10 +604,7 @@ impl Chat<'_> {
                     eprintln!(
                         "  ({} mode: * marks the {} tools sent to the model; the others are found by search)",
                         mode.as_str(),
-                        (0..snapshot.tools().len())
-                            .filter(|&i| snapshot.always_loaded(i))
-                            .count()
-                            + loaded.len()
+                        snapshot.always_loaded_definitions().len() + loaded.len()
                     );
                 }
             }

@@ -69,6 +69,37 @@ fn tether_run(model: &ScriptedModel, wire: Wire, server: &str, args: &[&str]) ->
     }
 }
 
+/// `tether chat` over a pipe with the scripted OpenAI-format model: `input` is typed line by
+/// line, then stdin closes and the chat ends.
+fn chat(model: &ScriptedModel, name: &str, args: &[&str], input: &str) -> std::process::Output {
+    use std::io::Write;
+    let dir = scratch_dir("tool_search", name);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "chat",
+            "--model",
+            "openai:scripted-model",
+            "--base-url",
+            &model.base_url(),
+        ])
+        .args(args)
+        .current_dir(&dir)
+        .env("OPENAI_API_KEY", "test-key")
+        .env("TETHER_DATA_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// The tool definitions of a request as (name, whole definition), whatever the wire format.
 fn tools(request: &Recorded) -> Vec<(String, Value)> {
     request.body["tools"]
@@ -567,35 +598,19 @@ fn a_chat_offers_the_tools_a_server_added_in_an_earlier_turn() {
             Reply::text("still here"),
         ],
     );
-    let dir = scratch_dir("tool_search", "chat");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args([
-            "chat",
-            "--model",
-            "openai:scripted-model",
-            "--base-url",
-            &model.base_url(),
+    let output = chat(
+        &model,
+        "chat",
+        &[
             "--approve",
             "auto",
             "--tools",
             "all",
             "--stdio",
             &misbehaving_stdio("grows"),
-        ])
-        .current_dir(&dir)
-        .env("OPENAI_API_KEY", "test-key")
-        .env("TETHER_DATA_DIR", &dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"boom please\nand now?\n").unwrap();
-    }
-    let output = child.wait_with_output().unwrap();
+        ],
+        "boom please\nand now?\n",
+    );
     assert!(
         output.status.success(),
         "{}",
@@ -624,33 +639,12 @@ fn chat_marks_the_tools_a_turn_loaded() {
             Reply::text("found them"),
         ],
     );
-    let dir = scratch_dir("tool_search", "chat-marks");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args([
-            "chat",
-            "--model",
-            "openai:scripted-model",
-            "--base-url",
-            &model.base_url(),
-            "--tools",
-            "search",
-            "--stdio",
-            &bfcl_stdio(),
-        ])
-        .current_dir(&dir)
-        .env("OPENAI_API_KEY", "test-key")
-        .env("TETHER_DATA_DIR", &dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"hello there\n/tools binomial\n").unwrap();
-    }
-    let output = child.wait_with_output().unwrap();
+    let output = chat(
+        &model,
+        "chat-marks",
+        &["--tools", "search", "--stdio", &bfcl_stdio()],
+        "hello there\n/tools binomial\n",
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(
