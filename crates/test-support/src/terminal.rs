@@ -103,6 +103,25 @@ impl Terminal {
         }
     }
 
+    /// Waits until the program sits at an empty `prompt`: the last non-blank line of the screen
+    /// is the prompt alone. Keys sent before that can reach the terminal while it is still in
+    /// cooked mode, where Ctrl-D is taken by the line discipline and never reaches the editor.
+    pub fn wait_for_idle_prompt(&self, prompt: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let screen = self.screen();
+            let last = screen.lines().rev().find(|l| !l.trim().is_empty());
+            if last.is_some_and(|l| l.trim_end() == prompt.trim_end()) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited 30s for an empty {prompt:?} prompt; the screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Waits until `text` is on the screen.
     pub fn wait_for(&self, text: &str) -> String {
         self.wait_for_count(text, 1, Duration::from_secs(30))

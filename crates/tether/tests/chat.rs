@@ -14,6 +14,13 @@ use test_support::everything_stdio;
 use test_support::model::{Reply, ScriptedModel, Wire};
 use test_support::terminal::Terminal;
 
+/// Terminal tests run one at a time: each drives a tmux session, a chat and a server, and ten
+/// at once on two cores slowed the chat enough for keystrokes to race its prompt.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn workdir(test: &str) -> PathBuf {
     test_support::scratch_dir("chat", test)
 }
@@ -58,6 +65,7 @@ fn start(dir: &Path, command: &str) -> Terminal {
 
 #[test]
 fn a_conversation_with_approval_commands_history_and_ctrl_c() {
+    let _one_at_a_time = one_at_a_time();
     let dir = workdir("terminal");
     let model = ScriptedModel::start(
         Wire::OpenAi,
@@ -105,7 +113,9 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
 
     // History: Up recalls the last line.
     terminal.press(&["Up"]);
-    terminal.wait_for_count("you> /result", 2, Duration::from_secs(10));
+    // Counted without the prompt: a server's log line may land on the prompt line before the
+    // typed command.
+    terminal.wait_for_count("/result", 2, Duration::from_secs(10));
     terminal.press(&["C-u"]);
 
     // Ctrl-C during a long (read-only, so not asked) call cancels the turn, not the chat.
@@ -131,6 +141,7 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
 
 #[test]
 fn a_session_survives_kill_9_during_a_tool_call_and_resumes_with_every_turn() {
+    let _one_at_a_time = one_at_a_time();
     let dir = workdir("kill");
     let model = ScriptedModel::start(
         Wire::OpenAi,
@@ -271,6 +282,7 @@ fn between<'a>(screen: &'a str, from: &str, to: &str) -> Vec<&'a str> {
 
 #[test]
 fn markdown_answers_render_in_the_terminal_and_input_spans_lines_and_completes() {
+    let _one_at_a_time = one_at_a_time();
     let dir = workdir("markdown");
     let answer = "# Plan\n\nFirst **read** the `config`, then see [the docs](https://example.com/docs).\n\n- one\n- two\n\n```rust\nfn main() {\n    let x = \"hi\"; // greet\n}\n```\nDone.";
     let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text(answer)]);
@@ -312,12 +324,14 @@ fn markdown_answers_render_in_the_terminal_and_input_spans_lines_and_completes()
         .unwrap()["content"]
         .clone();
     assert_eq!(user, "show me\nthe plan");
+    terminal.wait_for_idle_prompt("you> ");
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
 }
 
 #[test]
 fn near_the_context_window_old_tool_results_are_shortened_not_lost() {
+    let _one_at_a_time = one_at_a_time();
     let dir = workdir("context");
     let config = dir.join("tether.json");
     std::fs::write(
@@ -390,6 +404,7 @@ fn near_the_context_window_old_tool_results_are_shortened_not_lost() {
 
 #[test]
 fn slash_commands_in_a_terminal() {
+    let _one_at_a_time = one_at_a_time();
     let dir = workdir("commands");
     let model = ScriptedModel::start(
         Wire::OpenAi,
@@ -487,6 +502,7 @@ fn slash_commands_in_a_terminal() {
 
 #[test]
 fn plain_tether_in_a_terminal_starts_a_chat_and_a_pipe_gets_no_prompts() {
+    let _one_at_a_time = one_at_a_time();
     let dir = workdir("plain");
     let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("piped answer")]);
     let terminal = start(
@@ -499,6 +515,7 @@ fn plain_tether_in_a_terminal_starts_a_chat_and_a_pipe_gets_no_prompts() {
         ),
     );
     terminal.wait_for("tether chat with openai:scripted");
+    terminal.wait_for_idle_prompt("you> ");
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
 
@@ -537,6 +554,7 @@ fn plain_tether_in_a_terminal_starts_a_chat_and_a_pipe_gets_no_prompts() {
 
 #[test]
 fn colour_in_a_terminal_unless_no_color() {
+    let _one_at_a_time = one_at_a_time();
     for no_color in [false, true] {
         let dir = workdir(if no_color { "no-color" } else { "color" });
         let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("Some **bold** words.")]);
@@ -559,6 +577,7 @@ fn colour_in_a_terminal_unless_no_color() {
             !no_color,
             "NO_COLOR={no_color}: {styled:?}"
         );
+        terminal.wait_for_idle_prompt("you> ");
         terminal.press(&["C-d"]);
         terminal.wait_for("[exit 0]");
     }
@@ -566,6 +585,7 @@ fn colour_in_a_terminal_unless_no_color() {
 
 #[test]
 fn a_spinner_while_waiting_and_ctrl_c_in_the_middle_of_a_streamed_answer() {
+    let _one_at_a_time = one_at_a_time();
     let dir = workdir("stream");
     let model = ScriptedModel::start(
         Wire::OpenAi,
@@ -597,12 +617,14 @@ fn a_spinner_while_waiting_and_ctrl_c_in_the_middle_of_a_streamed_answer() {
     terminal.type_text("still there?");
     terminal.press(&["Enter"]);
     terminal.wait_for("Back again.");
+    terminal.wait_for_idle_prompt("you> ");
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
 }
 
 #[test]
 fn completion_of_tools_servers_and_prompts_and_errors_in_red() {
+    let _one_at_a_time = one_at_a_time();
     let dir = workdir("complete");
     let model = ScriptedModel::start(
         Wire::OpenAi,
@@ -639,12 +661,14 @@ fn completion_of_tools_servers_and_prompts_and_errors_in_red() {
         styled.contains("\x1b[31m✗ everything__get-sum"),
         "{styled:?}"
     );
+    terminal.wait_for_idle_prompt("you> ");
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
 }
 
 #[test]
 fn prompts_roots_and_context_in_a_terminal() {
+    let _one_at_a_time = one_at_a_time();
     let dir = workdir("terminal-context");
     let config = dir.join("tether.json");
     std::fs::write(
@@ -691,6 +715,7 @@ fn prompts_roots_and_context_in_a_terminal() {
     terminal.press(&["Enter"]);
     terminal.wait_for("shortened 1 older tool results");
     terminal.wait_for("Still here.");
+    terminal.wait_for_idle_prompt("you> ");
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
 }
