@@ -533,20 +533,23 @@ fn config_selects_the_mode_and_always_load_keeps_a_server_sent() {
     )
     .unwrap();
     let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("ok")]);
-    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .args([
-            "--model",
-            "openai:scripted-model",
-            "--base-url",
-            &model.base_url(),
-            "hello",
-        ])
-        .env("OPENAI_API_KEY", "test-key")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let run_with_config = || {
+        Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["run", "--config"])
+            .arg(&config)
+            .args([
+                "--model",
+                "openai:scripted-model",
+                "--base-url",
+                &model.base_url(),
+                "hello",
+            ])
+            .env("OPENAI_API_KEY", "test-key")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let output = run_with_config();
     assert!(
         output.status.success(),
         "{}",
@@ -564,20 +567,7 @@ fn config_selects_the_mode_and_always_load_keeps_a_server_sent() {
     );
 
     std::fs::write(&config, r#"{"toolSelection": "smart", "mcpServers": {}}"#).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .args([
-            "--model",
-            "openai:scripted-model",
-            "--base-url",
-            &model.base_url(),
-            "hello",
-        ])
-        .env("OPENAI_API_KEY", "test-key")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let output = run_with_config();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
