@@ -5,13 +5,13 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig as ServerInfo, Tool,
-};
-use rmcp::service::RequestContext;
-use rmcp::{RoleServer, ServerHandler, ServiceExt};
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use serde_json::{Map, Value, json};
+use tether_protocol::{ContentBlock, Tool, ToolResult};
+
+use crate::serve::{Caller, McpService, ServeError, ServiceInfo, serve_stdio};
 
 /// Largest file `read_file` returns, in bytes.
 const MAX_FILE_BYTES: u64 = 100_000;
@@ -30,15 +30,7 @@ impl BuiltinServer {
 
     /// Serves MCP on stdin/stdout until the client goes away.
     pub async fn serve_stdio(self) -> Result<(), String> {
-        let running = self
-            .serve((tokio::io::stdin(), tokio::io::stdout()))
-            .await
-            .map_err(|e| format!("built-in server: handshake failed: {e}"))?;
-        running
-            .waiting()
-            .await
-            .map_err(|e| format!("built-in server: {e}"))?;
-        Ok(())
+        serve_stdio(Arc::new(self)).await
     }
 }
 
@@ -51,8 +43,14 @@ fn tool(name: &str, title: &str, description: &str, schema: Value) -> Tool {
         "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false},
     });
     // The literal above is a valid Tool by construction; a failure would be a bug here.
-    serde_json::from_value(value)
-        .unwrap_or_else(|_| Tool::new(name.to_string(), description.to_string(), Map::new()))
+    serde_json::from_value(value).unwrap_or_else(|_| Tool {
+        name: name.to_string(),
+        title: None,
+        description: Some(description.to_string()),
+        input_schema: json!({"type": "object"}),
+        output_schema: None,
+        annotations: Default::default(),
+    })
 }
 
 fn numbers_schema() -> Value {
@@ -107,9 +105,12 @@ fn builtin_tools() -> Vec<Tool> {
     ]
 }
 
-fn text_result(text: String, is_error: bool) -> CallToolResult {
-    let value = json!({"content": [{"type": "text", "text": text}], "isError": is_error});
-    serde_json::from_value(value).unwrap_or_default()
+fn text_result(text: String, is_error: bool) -> ToolResult {
+    ToolResult {
+        content: vec![ContentBlock::Text { text }],
+        is_error,
+        ..ToolResult::default()
+    }
 }
 
 fn number(arguments: &Map<String, Value>, key: &str) -> Result<f64, String> {
@@ -224,47 +225,37 @@ impl BuiltinServer {
     }
 }
 
-impl ServerHandler for BuiltinServer {
-    fn get_info(&self) -> ServerInfo {
-        let value = json!({
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"tools": {}},
-            "serverInfo": {"name": "tether-builtin", "version": env!("CARGO_PKG_VERSION")},
-            "instructions": "Built-in tools: arithmetic (add, subtract, multiply, divide), the current time, and reading files under the current directory.",
-        });
-        serde_json::from_value(value).unwrap_or_else(|_| {
-            let mut info = ServerInfo::default();
-            info.capabilities = ServerCapabilities::default();
-            info.server_info = Implementation::new("tether-builtin", env!("CARGO_PKG_VERSION"));
-            info
-        })
+#[async_trait]
+impl McpService for BuiltinServer {
+    fn info(&self) -> ServiceInfo {
+        ServiceInfo {
+            name: "tether-builtin".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            instructions: Some("Built-in tools: arithmetic (add, subtract, multiply, divide), the current time, and reading files under the current directory.".into()),
+            ..ServiceInfo::default()
+        }
     }
 
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(builtin_tools()))
+    async fn list_tools(&self) -> Result<Vec<Tool>, ServeError> {
+        Ok(builtin_tools())
     }
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let arguments = request.arguments.unwrap_or_default();
-        if !builtin_tools().iter().any(|t| t.name == request.name) {
-            return Err(ErrorData::invalid_params(
-                format!("unknown tool \"{}\"", request.name),
-                None,
-            ));
+        name: &str,
+        arguments: Map<String, Value>,
+        _caller: &Caller,
+    ) -> Result<ToolResult, ServeError> {
+        if !builtin_tools().iter().any(|t| t.name == name) {
+            return Err(ServeError::NotFound {
+                what: "tool",
+                name: name.to_string(),
+            });
         }
-        let result = match self.call(&request.name, &arguments) {
+        Ok(match self.call(name, &arguments) {
             Ok(text) => text_result(text, false),
             Err(message) => text_result(message, true),
-        };
-        Ok(result.into())
+        })
     }
 }
 

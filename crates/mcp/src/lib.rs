@@ -10,6 +10,7 @@ pub mod connection;
 pub mod error;
 pub mod registry;
 pub mod router;
+pub mod serve;
 pub mod sse;
 mod stdio;
 
@@ -21,3 +22,4 @@ pub use connection::{Completion, ServerConnection};
 pub use error::{ErrorClass, McpError};
 pub use registry::{ServerEntry, ServerRegistry, ServerState};
 pub use router::ToolRouter;
+pub use serve::{Caller, McpService, ServeError, ServiceChange, ServiceInfo, serve_stdio};

@@ -1,0 +1,583 @@
+//! Tether's server side. [`McpService`] is what a server built on Tether offers — tools,
+//! resources, prompts, completion and change notices, in `tether-protocol` types — and
+//! [`ServedService`] is the one adapter that puts any of them on the wire through rmcp, over stdio
+//! ([`serve_stdio`]) or Streamable HTTP (`crate::http`). The built-in tools server is one
+//! implementation and the gateway (`tether serve`) another, so neither touches rmcp and both
+//! speak both protocol eras the same way.
+#![allow(deprecated)]
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, ErrorData,
+    GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerConfig as ServerInfo, SetLevelRequestParams, SubscriptionFilter,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{RoleServer, ServerHandler, ServiceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+use tether_protocol::{Prompt, PromptResult, Resource, ResourceContents, ResourceTemplate, Tool};
+use tether_protocol::ToolResult;
+use tokio::sync::broadcast;
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+
+use crate::client::{ElicitationAnswer, ElicitationRequest, Progress};
+use crate::connection::Completion;
+
+/// What a served server announces about itself.
+#[derive(Debug, Clone, Default)]
+pub struct ServiceInfo {
+    /// `serverInfo.name`.
+    pub name: String,
+    /// `serverInfo.version`.
+    pub version: String,
+    /// Guidance for the client's model.
+    pub instructions: Option<String>,
+    /// It serves resources (and templates).
+    pub resources: bool,
+    /// It serves prompts.
+    pub prompts: bool,
+    /// It answers `completion/complete`.
+    pub completions: bool,
+    /// It forwards log messages.
+    pub logging: bool,
+    /// It announces list changes (`listChanged` on each list it serves).
+    pub list_changed: bool,
+}
+
+/// Why a served request failed; each maps to one JSON-RPC error code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ServeError {
+    /// No such tool, resource or prompt (`-32602`, as the spec asks for unknown names).
+    #[error("unknown {what} \"{name}\"")]
+    NotFound {
+        /// `tool`, `resource` or `prompt`.
+        what: &'static str,
+        /// What was asked for.
+        name: String,
+    },
+    /// The request's parameters are wrong (`-32602`).
+    #[error("{0}")]
+    InvalidParams(String),
+    /// The request is understood but not allowed (`-32600`, with the reason).
+    #[error("{0}")]
+    Refused(String),
+    /// Something behind the server failed (`-32603`).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ServeError {
+    fn into_error_data(self) -> ErrorData {
+        let message = self.to_string();
+        match self {
+            ServeError::NotFound { .. } | ServeError::InvalidParams(_) => {
+                ErrorData::invalid_params(message, None)
+            }
+            ServeError::Refused(_) => ErrorData::invalid_request(message, None),
+            ServeError::Internal(_) => ErrorData::internal_error(message, None),
+        }
+    }
+}
+
+/// A change the served server announces to its clients.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServiceChange {
+    /// The tool list changed.
+    Tools,
+    /// The resource list changed.
+    Resources,
+    /// The prompt list changed.
+    Prompts,
+    /// A resource's contents changed.
+    ResourceUpdated(String),
+    /// A log message (`notifications/message`).
+    Log {
+        /// `debug` … `emergency`.
+        level: String,
+        /// The logger's name.
+        logger: Option<String>,
+        /// The payload.
+        data: Value,
+    },
+}
+
+/// The client a request came from, as far as the request's handler needs it: progress for this
+/// request, its cancellation, and the requests a server may make of its client.
+#[derive(Clone)]
+pub struct Caller {
+    context: RequestContext<RoleServer>,
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("request", &self.context.id)
+            .finish()
+    }
+}
+
+impl Caller {
+    /// A sender for this request's progress, when the client asked for progress; each
+    /// value sent becomes one `notifications/progress` with the client's token.
+    pub fn progress(&self) -> Option<UnboundedSender<Progress>> {
+        let token = self.context.meta.get_progress_token()?;
+        let peer = self.context.peer.clone();
+        let (sender, mut receiver) = unbounded_channel::<Progress>();
+        tokio::spawn(async move {
+            while let Some(progress) = receiver.recv().await {
+                let value = json!({
+                    "progressToken": token,
+                    "progress": progress.progress,
+                    "total": progress.total,
+                    "message": progress.message,
+                });
+                let Ok(param) = serde_json::from_value(strip_nulls(value)) else {
+                    continue;
+                };
+                if peer.notify_progress(param).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Some(sender)
+    }
+
+    /// Resolves when the client cancels this request (or goes away).
+    pub async fn cancelled(&self) {
+        self.context.ct.cancelled().await;
+    }
+
+    /// Whether the client declared `capability` (`sampling`, `elicitation`, `roots`).
+    pub fn supports(&self, capability: &str) -> bool {
+        let Some(info) = self.context.peer.peer_info() else {
+            return false;
+        };
+        serde_json::to_value(&info.capabilities)
+            .ok()
+            .and_then(|c| c.get(capability).cloned())
+            .is_some_and(|c| !c.is_null())
+    }
+
+    /// The client's name and version, for logs.
+    pub fn client_name(&self) -> Option<String> {
+        self.context
+            .peer
+            .peer_info()
+            .map(|info| format!("{} {}", info.client_info.name, info.client_info.version))
+    }
+
+    /// Asks the client to sample its model (`sampling/createMessage`, wire JSON both ways).
+    pub async fn sample(&self, params: Value) -> Result<Value, String> {
+        if !self.supports("sampling") {
+            return Err("the connected client does not support sampling".into());
+        }
+        let params = wire(params).map_err(|e| format!("invalid sampling request: {e}"))?;
+        let result = self
+            .context
+            .peer
+            .create_message(params)
+            .await
+            .map_err(|e| format!("the client refused sampling: {e}"))?;
+        serde_json::to_value(result).map_err(|e| e.to_string())
+    }
+
+    /// Asks the client's user (`elicitation/create`); a client without the capability, or an
+    /// error, reads as a decline.
+    pub async fn elicit(&self, request: ElicitationRequest) -> ElicitationAnswer {
+        if !self.supports("elicitation") {
+            return ElicitationAnswer::Decline;
+        }
+        let params = match request {
+            ElicitationRequest::Form { message, schema } => {
+                json!({"mode": "form", "message": message, "requestedSchema": schema})
+            }
+            ElicitationRequest::Url {
+                message,
+                url,
+                elicitation_id,
+            } => {
+                json!({"mode": "url", "message": message, "url": url, "elicitationId": elicitation_id})
+            }
+        };
+        let Ok(params) = wire(params) else {
+            return ElicitationAnswer::Decline;
+        };
+        let Ok(result) = self.context.peer.create_elicitation(params).await else {
+            return ElicitationAnswer::Decline;
+        };
+        let value = serde_json::to_value(result).unwrap_or_default();
+        match value.get("action").and_then(Value::as_str) {
+            Some("accept") => ElicitationAnswer::Accept(
+                value
+                    .get("content")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+            Some("cancel") => ElicitationAnswer::Cancel,
+            _ => ElicitationAnswer::Decline,
+        }
+    }
+}
+
+/// What a server built on Tether offers. Every list is returned whole (the adapter pages
+/// nothing: Tether's lists are in memory); errors become JSON-RPC errors, while a tool that
+/// ran and failed is an `Ok` result with `is_error`.
+#[async_trait]
+pub trait McpService: Send + Sync + 'static {
+    /// Name, version, instructions and which optional features it serves.
+    fn info(&self) -> ServiceInfo;
+    /// The tools to list now.
+    async fn list_tools(&self) -> Result<Vec<Tool>, ServeError>;
+    /// Runs a tool.
+    async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        caller: &Caller,
+    ) -> Result<ToolResult, ServeError>;
+    /// Its resources.
+    async fn list_resources(&self) -> Result<Vec<Resource>, ServeError> {
+        Ok(Vec::new())
+    }
+    /// Its resource templates.
+    async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ServeError> {
+        Ok(Vec::new())
+    }
+    /// Reads a resource.
+    async fn read_resource(&self, uri: &str) -> Result<Vec<ResourceContents>, ServeError> {
+        Err(ServeError::NotFound {
+            what: "resource",
+            name: uri.to_string(),
+        })
+    }
+    /// Its prompts.
+    async fn list_prompts(&self) -> Result<Vec<Prompt>, ServeError> {
+        Ok(Vec::new())
+    }
+    /// Expands a prompt.
+    async fn get_prompt(
+        &self,
+        name: &str,
+        _arguments: Map<String, Value>,
+    ) -> Result<PromptResult, ServeError> {
+        Err(ServeError::NotFound {
+            what: "prompt",
+            name: name.to_string(),
+        })
+    }
+    /// Completion values for an argument.
+    async fn complete(
+        &self,
+        _target: Completion<'_>,
+        _argument: &str,
+        _value: &str,
+    ) -> Result<Vec<String>, ServeError> {
+        Ok(Vec::new())
+    }
+    /// The least severe log level the client wants (`logging/setLevel`).
+    fn set_log_level(&self, _level: &str) {}
+    /// Changes to announce to clients, when it has any.
+    fn changes(&self) -> Option<broadcast::Receiver<ServiceChange>> {
+        None
+    }
+}
+
+/// Any [`McpService`] as an rmcp server.
+pub struct ServedService<S: ?Sized> {
+    service: Arc<S>,
+}
+
+impl<S: McpService + ?Sized> ServedService<S> {
+    /// Wraps `service`.
+    pub fn new(service: Arc<S>) -> ServedService<S> {
+        ServedService { service }
+    }
+}
+
+impl<S: ?Sized> Clone for ServedService<S> {
+    fn clone(&self) -> Self {
+        ServedService {
+            service: self.service.clone(),
+        }
+    }
+}
+
+/// Serves `service` on stdin/stdout until the client goes away.
+pub async fn serve_stdio<S: McpService + ?Sized>(service: Arc<S>) -> Result<(), String> {
+    let name = service.info().name;
+    let running = ServedService::new(service)
+        .serve((tokio::io::stdin(), tokio::io::stdout()))
+        .await
+        .map_err(|e| format!("{name}: handshake failed: {e}"))?;
+    running.waiting().await.map_err(|e| format!("{name}: {e}"))?;
+    Ok(())
+}
+
+/// Converts between our types and rmcp's through their shared wire JSON.
+fn wire<T: DeserializeOwned>(value: impl Serialize) -> Result<T, ErrorData> {
+    serde_json::to_value(value)
+        .and_then(serde_json::from_value)
+        .map_err(|e| ErrorData::internal_error(format!("result does not fit MCP: {e}"), None))
+}
+
+fn strip_nulls(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        other => other,
+    }
+}
+
+impl<S: McpService + ?Sized> ServedService<S> {
+    /// Relays the service's changes to the client of `peer` until either side goes.
+    fn relay_changes(&self, peer: rmcp::Peer<RoleServer>) {
+        let Some(mut changes) = self.service.changes() else {
+            return;
+        };
+        tokio::spawn(async move {
+            loop {
+                let change = match changes.recv().await {
+                    Ok(change) => change,
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => break,
+                };
+                if peer.is_transport_closed() {
+                    break;
+                }
+                let sent = match change {
+                    ServiceChange::Tools => peer.notify_tool_list_changed().await,
+                    ServiceChange::Resources => peer.notify_resource_list_changed().await,
+                    ServiceChange::Prompts => peer.notify_prompt_list_changed().await,
+                    ServiceChange::ResourceUpdated(uri) => match wire(json!({"uri": uri})) {
+                        Ok(param) => peer.notify_resource_updated(param).await,
+                        Err(_) => Ok(()),
+                    },
+                    ServiceChange::Log {
+                        level,
+                        logger,
+                        data,
+                    } => match wire(strip_nulls(
+                        json!({"level": level, "logger": logger, "data": data}),
+                    )) {
+                        Ok(param) => peer.notify_logging_message(param).await,
+                        Err(_) => Ok(()),
+                    },
+                };
+                if sent.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
+    fn get_info(&self) -> ServerInfo {
+        let info = self.service.info();
+        let list_changed = info.list_changed;
+        let mut capabilities = json!({"tools": {"listChanged": list_changed}});
+        if info.resources {
+            capabilities["resources"] = json!({"listChanged": list_changed, "subscribe": false});
+        }
+        if info.prompts {
+            capabilities["prompts"] = json!({"listChanged": list_changed});
+        }
+        if info.completions {
+            capabilities["completions"] = json!({});
+        }
+        if info.logging {
+            capabilities["logging"] = json!({});
+        }
+        let mut value = json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": capabilities,
+            "serverInfo": {"name": info.name, "version": info.version},
+        });
+        if let Some(instructions) = info.instructions {
+            value["instructions"] = Value::String(instructions);
+        }
+        // Built from a literal whose shape rmcp accepts; the default is a safe fallback.
+        serde_json::from_value(value).unwrap_or_default()
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.relay_changes(context.peer);
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.service.info().list_changed.then(|| requested.clone())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let Some(mut changes) = self.service.changes() else {
+            context.cancelled().await;
+            return Ok(());
+        };
+        let sink = context.sink().clone();
+        loop {
+            let change = tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                change = changes.recv() => change,
+            };
+            let sent = match change {
+                Ok(ServiceChange::Tools) => sink.notify_tool_list_changed().await,
+                Ok(ServiceChange::Resources) => sink.notify_resource_list_changed().await,
+                Ok(ServiceChange::Prompts) => sink.notify_prompt_list_changed().await,
+                Ok(ServiceChange::ResourceUpdated(uri)) => {
+                    sink.notify_resource_updated(uri).await
+                }
+                Ok(ServiceChange::Log { .. }) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    Ok(())
+                }
+                Err(broadcast::error::RecvError::Closed) => return Ok(()),
+            };
+            if sent.is_err() {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let level = serde_json::to_value(request.level).unwrap_or_default();
+        self.service.set_log_level(level.as_str().unwrap_or("info"));
+        Ok(())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = self
+            .service
+            .list_tools()
+            .await
+            .map_err(ServeError::into_error_data)?;
+        wire(json!({ "tools": tools }))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = Caller { context };
+        let arguments = request.arguments.unwrap_or_default();
+        let result = self
+            .service
+            .call_tool(&request.name, arguments, &caller)
+            .await
+            .map_err(ServeError::into_error_data)?;
+        let result: rmcp::model::CallToolResult = wire(result)?;
+        Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let resources = self
+            .service
+            .list_resources()
+            .await
+            .map_err(ServeError::into_error_data)?;
+        wire(json!({ "resources": resources }))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let templates = self
+            .service
+            .list_resource_templates()
+            .await
+            .map_err(ServeError::into_error_data)?;
+        wire(json!({ "resourceTemplates": templates }))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let contents = self
+            .service
+            .read_resource(&request.uri)
+            .await
+            .map_err(ServeError::into_error_data)?;
+        let result: rmcp::model::ReadResourceResult = wire(json!({ "contents": contents }))?;
+        Ok(result.into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let prompts = self
+            .service
+            .list_prompts()
+            .await
+            .map_err(ServeError::into_error_data)?;
+        wire(json!({ "prompts": prompts }))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let arguments = request.arguments.unwrap_or_default();
+        let result = self
+            .service
+            .get_prompt(&request.name, arguments)
+            .await
+            .map_err(ServeError::into_error_data)?;
+        let result: rmcp::model::GetPromptResult = wire(result)?;
+        Ok(result.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let value = serde_json::to_value(&request).unwrap_or_default();
+        let reference = &value["ref"];
+        let name = reference
+            .get("name")
+            .or_else(|| reference.get("uri"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let target = if reference["type"] == "ref/resource" {
+            Completion::Template(name)
+        } else {
+            Completion::Prompt(name)
+        };
+        let argument = value["argument"]["name"].as_str().unwrap_or_default();
+        let typed = value["argument"]["value"].as_str().unwrap_or_default();
+        let mut values = self
+            .service
+            .complete(target, argument, typed)
+            .await
+            .map_err(ServeError::into_error_data)?;
+        let total = values.len();
+        values.truncate(100);
+        wire(json!({"completion": {"values": values, "total": total, "hasMore": total > 100}}))
+    }
+}
