@@ -152,6 +152,12 @@ impl Caller {
         self.context.ct.cancelled().await;
     }
 
+    /// Tells this client (only) that the tool list changed, as after a search loaded tools
+    /// for it. Best effort: a client that has gone needs no notice.
+    pub async fn tools_changed(&self) {
+        let _ = self.context.peer.notify_tool_list_changed().await;
+    }
+
     /// Whether the client declared `capability` (`sampling`, `elicitation`, `roots`).
     pub fn supports(&self, capability: &str) -> bool {
         let Some(info) = self.context.peer.peer_info() else {
@@ -326,6 +332,20 @@ fn wire<T: DeserializeOwned>(value: impl Serialize) -> Result<T, ErrorData> {
         .map_err(|e| ErrorData::internal_error(format!("result does not fit MCP: {e}"), None))
 }
 
+fn to_json(value: impl Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or_default()
+}
+
+/// A result in rmcp's type. Results built from JSON lack `resultType`, which 2026-07-28
+/// clients require; rmcp strips it again for legacy peers.
+fn result<T: DeserializeOwned>(mut value: Value) -> Result<T, ErrorData> {
+    if let Value::Object(map) = &mut value {
+        map.entry("resultType")
+            .or_insert_with(|| Value::String("complete".into()));
+    }
+    wire(value)
+}
+
 fn strip_nulls(value: Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect()),
@@ -465,7 +485,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             .list_tools()
             .await
             .map_err(ServeError::into_error_data)?;
-        wire(json!({ "tools": tools }))
+        result(json!({ "tools": tools }))
     }
 
     async fn call_tool(
@@ -480,7 +500,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             .call_tool(&request.name, arguments, &caller)
             .await
             .map_err(ServeError::into_error_data)?;
-        let result: rmcp::model::CallToolResult = wire(result)?;
+        let result: rmcp::model::CallToolResult = self::result(to_json(result))?;
         Ok(result.into())
     }
 
@@ -494,7 +514,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             .list_resources()
             .await
             .map_err(ServeError::into_error_data)?;
-        wire(json!({ "resources": resources }))
+        result(json!({ "resources": resources }))
     }
 
     async fn list_resource_templates(
@@ -507,7 +527,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             .list_resource_templates()
             .await
             .map_err(ServeError::into_error_data)?;
-        wire(json!({ "resourceTemplates": templates }))
+        result(json!({ "resourceTemplates": templates }))
     }
 
     async fn read_resource(
@@ -520,7 +540,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             .read_resource(&request.uri)
             .await
             .map_err(ServeError::into_error_data)?;
-        let result: rmcp::model::ReadResourceResult = wire(json!({ "contents": contents }))?;
+        let result: rmcp::model::ReadResourceResult = result(json!({ "contents": contents }))?;
         Ok(result.into())
     }
 
@@ -534,7 +554,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             .list_prompts()
             .await
             .map_err(ServeError::into_error_data)?;
-        wire(json!({ "prompts": prompts }))
+        result(json!({ "prompts": prompts }))
     }
 
     async fn get_prompt(
@@ -548,7 +568,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             .get_prompt(&request.name, arguments)
             .await
             .map_err(ServeError::into_error_data)?;
-        let result: rmcp::model::GetPromptResult = wire(result)?;
+        let result: rmcp::model::GetPromptResult = self::result(to_json(result))?;
         Ok(result.into())
     }
 
@@ -578,6 +598,6 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             .map_err(ServeError::into_error_data)?;
         let total = values.len();
         values.truncate(100);
-        wire(json!({"completion": {"values": values, "total": total, "hasMore": total > 100}}))
+        result(json!({"completion": {"values": values, "total": total, "hasMore": total > 100}}))
     }
 }

@@ -52,6 +52,10 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
             crate::chat::sessions_command(export, json)
         }
         Command::Model { action } => crate::run::model_command(&action).await,
+        Command::Serve { args } => {
+            let servers = with_builtin(servers)?;
+            crate::serve::serve(servers, &settings, args).await
+        }
         Command::BuiltinServer => {
             let root = std::env::current_dir()
                 .map_err(|e| Failure::usage(format!("cannot read the working directory: {e}")))?;

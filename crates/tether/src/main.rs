@@ -11,6 +11,7 @@ mod host;
 mod markdown;
 mod render;
 mod run;
+mod serve;
 mod session;
 
 use std::path::PathBuf;
@@ -105,6 +106,12 @@ enum Command {
         /// `pull` or `path`.
         #[arg(value_parser = ["pull", "path"])]
         action: String,
+    },
+    /// Serve every configured server as one MCP server, on stdio (for another host's config)
+    /// or Streamable HTTP (--http ADDR).
+    Serve {
+        #[command(flatten)]
+        args: serve::ServeArgs,
     },
     /// Run the built-in tools as an MCP server on stdio (used when no servers are configured).
     #[command(hide = true)]

@@ -139,14 +139,7 @@ pub(crate) async fn setup(
             )
         })?;
     let provider = build_provider(&spec, args, settings).await?;
-    let approval_rules: ApprovalRules = match settings.get("approval") {
-        Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
-            Failure::usage(format!(
-                "config: \"approval\": {e}; expected {{\"allow\": [patterns], \"ask\": [...], \"deny\": [...]}}"
-            ))
-        })?,
-        None => ApprovalRules::default(),
-    };
+    let approval_rules = approval_rules(settings)?;
     let selection = selection_options(args, settings, &spec, provider.as_ref())?;
     let options = AgentOptions {
         max_steps: args.max_steps.max(1),
@@ -203,6 +196,18 @@ pub(crate) fn selection_options(
         keep_loaded: !local,
         ..SelectionOptions::default()
     })
+}
+
+/// The config's `"approval"` rules (none when absent).
+pub(crate) fn approval_rules(settings: &Map<String, Value>) -> Result<ApprovalRules, Failure> {
+    match settings.get("approval") {
+        Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
+            Failure::usage(format!(
+                "config: \"approval\": {e}; expected {{\"allow\": [patterns], \"ask\": [...], \"deny\": [...]}}"
+            ))
+        }),
+        None => Ok(ApprovalRules::default()),
+    }
 }
 
 /// `"contextWindow"` in the config, else what the provider knows.

@@ -1,0 +1,695 @@
+//! The gateway behind `tether serve`: every configured server as one MCP server. It starts the
+//! servers with the same [`ServerRegistry`] the host uses, keeps their tools in the same
+//! [`ToolCatalog`], offers them through the same [`ToolSelection`] modes (every tool, a search
+//! tool, or `mcp_query`) and enforces the config's approval rules with the same policy; it is an
+//! [`McpService`], so `tether-mcp`'s one adapter puts it on stdio or HTTP. What flows back up
+//! (progress, logs, list changes) reaches the client, and what servers ask of their client
+//! (sampling, elicitation) is relayed to the client whose call caused it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use async_trait::async_trait;
+use futures::future::{BoxFuture, join_all};
+use serde_json::{Map, Value, json};
+use tether_catalog::policy::{ApprovalMode, ApprovalRules, Decision, decide};
+use tether_catalog::selection::{
+    Resolved, SelectionMode, SelectionOptions, ToolSelection, selection_for,
+};
+use tether_catalog::{Snapshot, ToolCatalog};
+use tether_mcp::router::qualify;
+use tether_mcp::{
+    Caller, Completion, ElicitationAnswer, ElicitationRequest, HostHandler, McpError, McpService,
+    Root, ServeError, ServerConfig, ServerConnection, ServerNotice, ServerRegistry, ServiceChange,
+    ServiceInfo,
+};
+use tether_protocol::{
+    ContentBlock, Prompt, PromptResult, Resource, ResourceContents, ResourceTemplate, Tool,
+    ToolAnnotations, ToolResult,
+};
+use tokio::sync::{broadcast, mpsc};
+
+/// How the gateway presents its servers.
+#[derive(Debug, Clone)]
+pub struct GatewayOptions {
+    /// `all`, `search` or `meta` (`auto` is served as `all`: a gateway has no context window).
+    pub mode: SelectionMode,
+    /// Qualify tool and prompt names with their server (`server__tool`). Off (`--no-prefix`)
+    /// only with one upstream server, whose names then pass unchanged.
+    pub prefix: bool,
+    /// The config's `"approval"` rules: `deny` blocks, `ask` needs the client's user.
+    pub rules: ApprovalRules,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        GatewayOptions {
+            mode: SelectionMode::All,
+            prefix: true,
+            rules: ApprovalRules::default(),
+        }
+    }
+}
+
+/// Callers with a tool call in flight, per upstream server, so a request that server makes of
+/// its client (sampling, elicitation) goes to the client whose call is running there.
+type CallsInFlight = Arc<Mutex<HashMap<String, Vec<(u64, Caller)>>>>;
+
+/// The gateway's side of the upstream servers' requests and notices.
+struct GatewayHost {
+    notices: mpsc::UnboundedSender<(String, ServerNotice)>,
+    in_flight: CallsInFlight,
+}
+
+impl GatewayHost {
+    /// The one client with a call in flight on `server`; with none or several, nobody can
+    /// be asked on the server's behalf without guessing.
+    fn caller_for(&self, server: &str) -> Result<Caller, String> {
+        let calls = self
+            .in_flight
+            .lock()
+            .map_err(|_| "the gateway's call table is unavailable".to_string())?;
+        match calls.get(server).map(Vec::as_slice) {
+            Some([(_, caller)]) => Ok(caller.clone()),
+            Some([_, _, ..]) => Err(format!(
+                "server \"{server}\" has several calls in flight through the gateway; cannot tell which client to ask"
+            )),
+            _ => Err(format!(
+                "server \"{server}\" asked its client outside a tool call; the gateway relays requests only during calls"
+            )),
+        }
+    }
+}
+
+impl HostHandler for GatewayHost {
+    fn roots(&self) -> Vec<Root> {
+        // A gateway widens no server's reach: servers keep the directories they were given.
+        Vec::new()
+    }
+
+    fn sample<'a>(&'a self, server: &'a str, params: Value) -> BoxFuture<'a, Result<Value, String>> {
+        Box::pin(async move { self.caller_for(server)?.sample(params).await })
+    }
+
+    fn elicit<'a>(
+        &'a self,
+        server: &'a str,
+        request: ElicitationRequest,
+    ) -> BoxFuture<'a, ElicitationAnswer> {
+        Box::pin(async move {
+            match self.caller_for(server) {
+                Ok(caller) => caller.elicit(request).await,
+                Err(_) => ElicitationAnswer::Decline,
+            }
+        })
+    }
+
+    fn notify(&self, server: &str, notice: ServerNotice) {
+        let _ = self.notices.send((server.to_string(), notice));
+    }
+}
+
+/// Every configured server behind one MCP server; shared by all client sessions.
+pub struct Gateway {
+    registry: ServerRegistry,
+    catalog: ToolCatalog,
+    options: GatewayOptions,
+    changes: broadcast::Sender<ServiceChange>,
+    in_flight: CallsInFlight,
+    next_call: AtomicU64,
+    /// Which server owns a resource URI or template, learned from the last listings.
+    resource_owners: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("servers", &self.registry.entries().len())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// Why the gateway cannot start as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// `--no-prefix` needs exactly one upstream server.
+    #[error(
+        "--no-prefix keeps tool names as they are, which needs exactly one upstream server; {0} are connected (drop --no-prefix, or configure one server)"
+    )]
+    NoPrefixNeedsOneServer(usize),
+}
+
+impl Gateway {
+    /// Starts every server and lists their tools. Servers that fail are returned beside the
+    /// gateway (it serves the others).
+    pub async fn start(
+        servers: Vec<ServerConfig>,
+        options: GatewayOptions,
+    ) -> Result<(Arc<Gateway>, Vec<McpError>), GatewayError> {
+        let (notices, receiver) = mpsc::unbounded_channel();
+        let in_flight = CallsInFlight::default();
+        let host = Arc::new(GatewayHost {
+            notices,
+            in_flight: in_flight.clone(),
+        });
+        let registry = ServerRegistry::start(servers, host).await;
+        let mut failures: Vec<McpError> = registry.failures().cloned().collect();
+        let (catalog, errors) = ToolCatalog::load(&registry).await;
+        failures.extend(errors);
+        let connected = registry.connections().count();
+        if !options.prefix && connected != 1 {
+            registry.shutdown().await;
+            return Err(GatewayError::NoPrefixNeedsOneServer(connected));
+        }
+        let (changes, _) = broadcast::channel(64);
+        let gateway = Arc::new(Gateway {
+            registry,
+            catalog,
+            options,
+            changes,
+            in_flight,
+            next_call: AtomicU64::new(0),
+            resource_owners: Mutex::default(),
+        });
+        tokio::spawn(relay_notices(Arc::downgrade(&gateway), receiver));
+        Ok((gateway, failures))
+    }
+
+    /// A session for one client: its own loaded tools in search mode.
+    pub fn session(self: &Arc<Gateway>) -> Arc<GatewaySession> {
+        let mode = match self.options.mode {
+            SelectionMode::Auto => SelectionMode::All,
+            other => other,
+        };
+        let selection = selection_for(&SelectionOptions {
+            mode,
+            preload: 0,
+            ..SelectionOptions::default()
+        });
+        Arc::new(GatewaySession {
+            gateway: self.clone(),
+            selection,
+        })
+    }
+
+    /// The servers behind the gateway.
+    pub fn registry(&self) -> &ServerRegistry {
+        &self.registry
+    }
+
+    /// Stops every server. Sessions still holding the gateway keep it (and their servers,
+    /// which die with the process) alive.
+    pub async fn shutdown(self: Arc<Gateway>) {
+        if let Ok(gateway) = Arc::try_unwrap(self) {
+            gateway.registry.shutdown().await;
+        }
+    }
+
+    fn connection(&self, server: &str) -> Result<&ServerConnection, ServeError> {
+        self.registry
+            .connection(server)
+            .map_err(|e| ServeError::Internal(e.to_string()))
+    }
+
+    /// The name a client sees for a server's tool or prompt.
+    fn exposed(&self, server: &str, name: &str) -> String {
+        if self.options.prefix {
+            qualify(server, name)
+        } else {
+            name.to_string()
+        }
+    }
+
+    /// Runs `server`'s tool for `caller`, relaying progress and cancellation.
+    async fn call_upstream(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+        caller: &Caller,
+    ) -> Result<ToolResult, ServeError> {
+        let connection = self.connection(server)?;
+        let id = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let _registered = InFlightGuard::register(&self.in_flight, server, id, caller.clone());
+        let call = connection.call_tool(tool, Some(arguments), caller.progress());
+        tokio::select! {
+            result = call => match result {
+                Ok(result) => Ok(result),
+                Err(McpError::UnknownItem { .. }) => Err(ServeError::NotFound { what: "tool", name: tool.to_string() }),
+                Err(error) => Ok(error_result(error.to_string())),
+            },
+            // Dropping the call sends notifications/cancelled upstream.
+            _ = caller.cancelled() => Err(ServeError::Refused(format!("the client cancelled the call to \"{tool}\""))),
+        }
+    }
+
+    /// Which server owns `uri`, from the listings (refreshed once when unknown).
+    async fn resource_owner(&self, uri: &str) -> Option<String> {
+        if let Some(owner) = self.known_owner(uri) {
+            return Some(owner);
+        }
+        let _ = self.list_resources().await;
+        let _ = self.list_templates().await;
+        if let Some(owner) = self.known_owner(uri) {
+            return Some(owner);
+        }
+        let mut with_resources = self
+            .registry
+            .connections()
+            .filter(|c| c.summary().has_capability("resources"));
+        match (with_resources.next(), with_resources.next()) {
+            (Some(only), None) => Some(only.name().to_string()),
+            _ => None,
+        }
+    }
+
+    fn known_owner(&self, uri: &str) -> Option<String> {
+        let owners = self.resource_owners.lock().ok()?;
+        if let Some(owner) = owners.get(uri) {
+            return Some(owner.clone());
+        }
+        // A template's fixed start (`demo://resource/{id}` → `demo://resource/`) claims URIs.
+        owners
+            .iter()
+            .filter_map(|(key, owner)| {
+                let prefix = key.split('{').next()?;
+                (key.contains('{') && !prefix.is_empty() && uri.starts_with(prefix))
+                    .then_some((prefix.len(), owner))
+            })
+            .max_by_key(|(len, _)| *len)
+            .map(|(_, owner)| owner.clone())
+    }
+
+    async fn list_resources(&self) -> Vec<Resource> {
+        let lists = join_all(self.registry.connections().map(|c| async move {
+            (c.name().to_string(), c.list_resources().await)
+        }))
+        .await;
+        let mut all = Vec::new();
+        for (server, list) in lists {
+            match list {
+                Ok(resources) => {
+                    if let Ok(mut owners) = self.resource_owners.lock() {
+                        for resource in &resources {
+                            owners.insert(resource.uri.clone(), server.clone());
+                        }
+                    }
+                    all.extend(resources);
+                }
+                Err(error) => tracing::warn!(%error, "gateway: listing resources"),
+            }
+        }
+        all
+    }
+
+    async fn list_templates(&self) -> Vec<ResourceTemplate> {
+        let lists = join_all(self.registry.connections().map(|c| async move {
+            (c.name().to_string(), c.list_resource_templates().await)
+        }))
+        .await;
+        let mut all = Vec::new();
+        for (server, list) in lists {
+            match list {
+                Ok(templates) => {
+                    if let Ok(mut owners) = self.resource_owners.lock() {
+                        for template in &templates {
+                            owners.insert(template.uri_template.clone(), server.clone());
+                        }
+                    }
+                    all.extend(templates);
+                }
+                Err(error) => tracing::warn!(%error, "gateway: listing resource templates"),
+            }
+        }
+        all
+    }
+
+    /// Every server's prompts with the names clients see.
+    async fn prompts(&self) -> Vec<(String, Prompt)> {
+        let lists = join_all(self.registry.connections().map(|c| async move {
+            (c.name().to_string(), c.list_prompts().await)
+        }))
+        .await;
+        let mut all = Vec::new();
+        for (server, list) in lists {
+            match list {
+                Ok(prompts) => all.extend(prompts.into_iter().map(|p| (server.clone(), p))),
+                Err(error) => tracing::warn!(%error, "gateway: listing prompts"),
+            }
+        }
+        all
+    }
+
+    /// The server and upstream name of the prompt a client calls `name`.
+    async fn find_prompt(&self, name: &str) -> Result<(String, String), ServeError> {
+        self.prompts()
+            .await
+            .into_iter()
+            .find(|(server, prompt)| self.exposed(server, &prompt.name) == name)
+            .map(|(server, prompt)| (server, prompt.name))
+            .ok_or_else(|| ServeError::NotFound {
+                what: "prompt",
+                name: name.to_string(),
+            })
+    }
+}
+
+/// Keeps a call in the in-flight table while it runs.
+struct InFlightGuard<'a> {
+    table: &'a CallsInFlight,
+    server: String,
+    id: u64,
+}
+
+impl<'a> InFlightGuard<'a> {
+    fn register(table: &'a CallsInFlight, server: &str, id: u64, caller: Caller) -> Self {
+        if let Ok(mut calls) = table.lock() {
+            calls
+                .entry(server.to_string())
+                .or_default()
+                .push((id, caller));
+        }
+        InFlightGuard {
+            table,
+            server: server.to_string(),
+            id,
+        }
+    }
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut calls) = self.table.lock()
+            && let Some(list) = calls.get_mut(&self.server)
+        {
+            list.retain(|(id, _)| *id != self.id);
+        }
+    }
+}
+
+/// Turns upstream notices into changes for every client, refreshing the catalogue first when
+/// tools changed so a client that lists again sees the new tools.
+async fn relay_notices(
+    gateway: Weak<Gateway>,
+    mut notices: mpsc::UnboundedReceiver<(String, ServerNotice)>,
+) {
+    while let Some((server, notice)) = notices.recv().await {
+        let Some(gateway) = gateway.upgrade() else {
+            return;
+        };
+        let change = match notice {
+            ServerNotice::ListChanged { what: "tools" } => {
+                gateway.catalog.refresh(&gateway.registry).await;
+                ServiceChange::Tools
+            }
+            ServerNotice::ListChanged { what: "resources" } => ServiceChange::Resources,
+            ServerNotice::ListChanged { .. } => ServiceChange::Prompts,
+            ServerNotice::ResourceUpdated { uri } => ServiceChange::ResourceUpdated(uri),
+            ServerNotice::Log {
+                level,
+                logger,
+                data,
+            } => ServiceChange::Log {
+                level,
+                logger: Some(match logger {
+                    Some(logger) => format!("{server}/{logger}"),
+                    None => server,
+                }),
+                data,
+            },
+        };
+        let _ = gateway.changes.send(change);
+    }
+}
+
+fn error_result(text: String) -> ToolResult {
+    ToolResult {
+        content: vec![ContentBlock::Text { text }],
+        is_error: true,
+        ..ToolResult::default()
+    }
+}
+
+fn text_result(text: String) -> ToolResult {
+    ToolResult {
+        content: vec![ContentBlock::Text { text }],
+        ..ToolResult::default()
+    }
+}
+
+/// One client's view of the gateway.
+pub struct GatewaySession {
+    gateway: Arc<Gateway>,
+    selection: Arc<dyn ToolSelection>,
+}
+
+impl std::fmt::Debug for GatewaySession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewaySession")
+            .field("mode", &self.selection.mode())
+            .finish()
+    }
+}
+
+impl GatewaySession {
+    /// What a client's call named `name` stands for.
+    fn resolve(&self, snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved {
+        if !self.gateway.options.prefix
+            && let Some(tool) = snapshot.tools().iter().find(|t| t.tool.name == name)
+        {
+            return Resolved::Tool {
+                tool: Box::new(tool.clone()),
+                arguments,
+            };
+        }
+        self.selection.resolve(snapshot, name, arguments)
+    }
+
+    /// Applies the config's rules; `ask` goes to the client's user when it can be asked.
+    async fn approve(
+        &self,
+        qualified_name: &str,
+        arguments: &Value,
+        caller: &Caller,
+    ) -> Result<(), String> {
+        // The client applies its own approval to what it calls; the gateway adds the
+        // config's explicit rules, so hints are left out here.
+        let decision = decide(
+            ApprovalMode::Auto,
+            &self.gateway.options.rules,
+            qualified_name,
+            &ToolAnnotations::default(),
+            true,
+        );
+        match decision {
+            Decision::Allow => Ok(()),
+            Decision::Deny(reason) => Err(format!("\"{qualified_name}\" is blocked: {reason}")),
+            Decision::Ask => {
+                if !caller.supports("elicitation") {
+                    return Err(format!(
+                        "\"{qualified_name}\" needs the user's approval (an \"ask\" rule in the gateway's config), and this client cannot be asked (it does not support elicitation)"
+                    ));
+                }
+                let request = ElicitationRequest::Form {
+                    message: format!("Allow the tool \"{qualified_name}\" with {arguments}?"),
+                    schema: json!({"type": "object", "properties": {}}),
+                };
+                match caller.elicit(request).await {
+                    ElicitationAnswer::Accept(_) => Ok(()),
+                    _ => Err(format!("the user did not approve \"{qualified_name}\"")),
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl McpService for GatewaySession {
+    fn info(&self) -> ServiceInfo {
+        let connections: Vec<&ServerConnection> = self.gateway.registry.connections().collect();
+        let any = |capability: &str| {
+            connections
+                .iter()
+                .any(|c| c.summary().has_capability(capability))
+        };
+        let mut instructions = vec![format!(
+            "Tether gateway in front of {} server(s): {}.",
+            connections.len(),
+            connections
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )];
+        for connection in &connections {
+            if let Some(text) = &connection.summary().instructions {
+                instructions.push(format!("{}: {text}", connection.name()));
+            }
+        }
+        ServiceInfo {
+            name: "tether-gateway".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            instructions: Some(instructions.join("\n\n")),
+            resources: any("resources"),
+            prompts: any("prompts"),
+            completions: any("completions"),
+            logging: true,
+            list_changed: true,
+        }
+    }
+
+    async fn list_tools(&self) -> Result<Vec<Tool>, ServeError> {
+        let snapshot = self.gateway.catalog.snapshot();
+        let gateway = &self.gateway;
+        let real = |tool: &tether_protocol::QualifiedTool| Tool {
+            name: gateway.exposed(&tool.server, &tool.tool.name),
+            ..tool.tool.clone()
+        };
+        if self.selection.mode() == SelectionMode::All {
+            return Ok(snapshot.tools().iter().map(real).collect());
+        }
+        Ok(self
+            .selection
+            .offer(&snapshot)
+            .into_iter()
+            .map(|definition| match snapshot.resolve(&definition.name) {
+                Some(tool) => real(tool),
+                None => Tool {
+                    name: definition.name,
+                    title: None,
+                    description: Some(definition.description),
+                    input_schema: definition.parameters,
+                    output_schema: None,
+                    annotations: ToolAnnotations::default(),
+                },
+            })
+            .collect())
+    }
+
+    async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        caller: &Caller,
+    ) -> Result<ToolResult, ServeError> {
+        let snapshot = self.gateway.catalog.snapshot();
+        match self.resolve(&snapshot, name, Value::Object(arguments)) {
+            Resolved::Unknown => Err(ServeError::NotFound {
+                what: "tool",
+                name: name.to_string(),
+            }),
+            Resolved::Refused(text) => Ok(error_result(text)),
+            Resolved::Answered { text, loaded } => {
+                if !loaded.is_empty() {
+                    caller.tools_changed().await;
+                }
+                Ok(text_result(text))
+            }
+            Resolved::Tool { tool, arguments } => {
+                if let Err(reason) = self
+                    .approve(&tool.qualified_name, &arguments, caller)
+                    .await
+                {
+                    return Ok(error_result(reason));
+                }
+                let arguments = match arguments {
+                    Value::Object(map) => map,
+                    _ => Map::new(),
+                };
+                self.gateway
+                    .call_upstream(&tool.server, &tool.tool.name, arguments, caller)
+                    .await
+            }
+        }
+    }
+
+    async fn list_resources(&self) -> Result<Vec<Resource>, ServeError> {
+        Ok(self.gateway.list_resources().await)
+    }
+
+    async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ServeError> {
+        Ok(self.gateway.list_templates().await)
+    }
+
+    async fn read_resource(&self, uri: &str) -> Result<Vec<ResourceContents>, ServeError> {
+        let owner = self
+            .gateway
+            .resource_owner(uri)
+            .await
+            .ok_or_else(|| ServeError::NotFound {
+                what: "resource",
+                name: uri.to_string(),
+            })?;
+        self.gateway
+            .connection(&owner)?
+            .read_resource(uri)
+            .await
+            .map_err(|e| match e {
+                McpError::Rpc { .. } | McpError::UnknownItem { .. } => {
+                    ServeError::InvalidParams(e.to_string())
+                }
+                other => ServeError::Internal(other.to_string()),
+            })
+    }
+
+    async fn list_prompts(&self) -> Result<Vec<Prompt>, ServeError> {
+        let gateway = &self.gateway;
+        Ok(gateway
+            .prompts()
+            .await
+            .into_iter()
+            .map(|(server, prompt)| Prompt {
+                name: gateway.exposed(&server, &prompt.name),
+                ..prompt
+            })
+            .collect())
+    }
+
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+    ) -> Result<PromptResult, ServeError> {
+        let (server, prompt) = self.gateway.find_prompt(name).await?;
+        self.gateway
+            .connection(&server)?
+            .get_prompt(&prompt, arguments)
+            .await
+            .map_err(|e| ServeError::InvalidParams(e.to_string()))
+    }
+
+    async fn complete(
+        &self,
+        target: Completion<'_>,
+        argument: &str,
+        value: &str,
+    ) -> Result<Vec<String>, ServeError> {
+        let (server, upstream_name) = match target {
+            Completion::Prompt(name) => self.gateway.find_prompt(name).await?,
+            Completion::Template(template) => {
+                let owner = self.gateway.resource_owner(template).await.ok_or_else(|| {
+                    ServeError::NotFound {
+                        what: "resource template",
+                        name: template.to_string(),
+                    }
+                })?;
+                (owner, template.to_string())
+            }
+        };
+        let target = match target {
+            Completion::Prompt(_) => Completion::Prompt(&upstream_name),
+            Completion::Template(_) => Completion::Template(&upstream_name),
+        };
+        self.gateway
+            .connection(&server)?
+            .complete(target, argument, value)
+            .await
+            .map_err(|e| ServeError::InvalidParams(e.to_string()))
+    }
+
+    fn changes(&self) -> Option<broadcast::Receiver<ServiceChange>> {
+        Some(self.gateway.changes.subscribe())
+    }
+}
