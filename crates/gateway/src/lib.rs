@@ -88,7 +88,11 @@ impl HostHandler for GatewayHost {
         Vec::new()
     }
 
-    fn sample<'a>(&'a self, server: &'a str, params: Value) -> BoxFuture<'a, Result<Value, String>> {
+    fn sample<'a>(
+        &'a self,
+        server: &'a str,
+        params: Value,
+    ) -> BoxFuture<'a, Result<Value, String>> {
         Box::pin(async move { self.caller_for(server)?.sample(params).await })
     }
 
@@ -283,9 +287,11 @@ impl Gateway {
     }
 
     async fn list_resources(&self) -> Vec<Resource> {
-        let lists = join_all(self.registry.connections().map(|c| async move {
-            (c.name().to_string(), c.list_resources().await)
-        }))
+        let lists = join_all(
+            self.registry
+                .connections()
+                .map(|c| async move { (c.name().to_string(), c.list_resources().await) }),
+        )
         .await;
         let mut all = Vec::new();
         for (server, list) in lists {
@@ -305,9 +311,11 @@ impl Gateway {
     }
 
     async fn list_templates(&self) -> Vec<ResourceTemplate> {
-        let lists = join_all(self.registry.connections().map(|c| async move {
-            (c.name().to_string(), c.list_resource_templates().await)
-        }))
+        let lists = join_all(
+            self.registry
+                .connections()
+                .map(|c| async move { (c.name().to_string(), c.list_resource_templates().await) }),
+        )
         .await;
         let mut all = Vec::new();
         for (server, list) in lists {
@@ -328,9 +336,11 @@ impl Gateway {
 
     /// Every server's prompts with the names clients see.
     async fn prompts(&self) -> Vec<(String, Prompt)> {
-        let lists = join_all(self.registry.connections().map(|c| async move {
-            (c.name().to_string(), c.list_prompts().await)
-        }))
+        let lists = join_all(
+            self.registry
+                .connections()
+                .map(|c| async move { (c.name().to_string(), c.list_prompts().await) }),
+        )
         .await;
         let mut all = Vec::new();
         for (server, list) in lists {
@@ -588,10 +598,7 @@ impl McpService for GatewaySession {
                 Ok(text_result(text))
             }
             Resolved::Tool { tool, arguments } => {
-                if let Err(reason) = self
-                    .approve(&tool.qualified_name, &arguments, caller)
-                    .await
-                {
+                if let Err(reason) = self.approve(&tool.qualified_name, &arguments, caller).await {
                     return Ok(error_result(reason));
                 }
                 let arguments = match arguments {

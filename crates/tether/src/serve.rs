@@ -34,7 +34,10 @@ pub async fn serve(
     settings: &Map<String, Value>,
     args: ServeArgs,
 ) -> Result<(), Failure> {
-    let mode = match (args.tools, settings.get("toolSelection").and_then(Value::as_str)) {
+    let mode = match (
+        args.tools,
+        settings.get("toolSelection").and_then(Value::as_str),
+    ) {
         (Some(ToolsArg::Search), _) => SelectionMode::Search,
         (Some(ToolsArg::Meta), _) => SelectionMode::Meta,
         (Some(ToolsArg::All | ToolsArg::Auto), _) => SelectionMode::All,

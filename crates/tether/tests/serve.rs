@@ -1,0 +1,290 @@
+//! End-to-end tests of `tether serve`: real MCP clients (the official TypeScript and Python
+//! SDK clients, and Tether itself) against the gateway binary in front of real servers
+//! (server-everything and mcp-server-time), in both protocol eras.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use test_support::{
+    everything_stdio, py_gateway_client, scratch_dir, time_stdio, ts_gateway_client,
+};
+
+/// A client scenario takes a few seconds; a hang fails the test instead of CI.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+fn tether() -> &'static str {
+    env!("CARGO_BIN_EXE_tether")
+}
+
+/// The gateway's command line in front of everything and time.
+fn serve_args(extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        tether().to_string(),
+        "serve".into(),
+        "--stdio".into(),
+        format!("everything={}", everything_stdio()),
+        "--stdio".into(),
+        format!("time={}", time_stdio()),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Runs a client to completion and parses the one JSON object it prints.
+fn run_client(mut command: Command) -> Value {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("the client starts");
+    let started = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if started.elapsed() > DEADLINE {
+            let _ = child.kill();
+            panic!("the client did not finish within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("client output is not JSON ({e}):\n{stdout}\nstderr:\n{stderr}"))
+}
+
+fn text(report: &Value, step: &str) -> String {
+    match report[step]["text"].as_str() {
+        Some(text) => text.to_string(),
+        None => panic!("step {step} failed: {}", report[step]),
+    }
+}
+
+#[test]
+fn python_sdk_client_uses_the_gateway_over_stdio_in_both_eras() {
+    for (mode, version) in [("legacy", "2025-11-25"), ("auto", "2026-07-28")] {
+        let mut client = py_gateway_client();
+        client.arg(mode).args(serve_args(&[]));
+        let report = run_client(client);
+        assert_eq!(report["protocol_version"], version, "{report}");
+        let tools: Vec<&str> = report["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{mode}: tools/list failed: {}", report["tools"]))
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(tools.contains(&"everything__get-sum"), "{tools:?}");
+        assert!(tools.contains(&"time__get_current_time"), "{tools:?}");
+        assert_eq!(text(&report, "sum"), "The sum of 2 and 3 is 5.");
+        assert!(text(&report, "time").contains("\"timezone\": \"UTC\""));
+        assert_eq!(
+            report["progress"]["progress"],
+            json!([1.0, 2.0, 3.0]),
+            "{mode}"
+        );
+        assert_eq!(report["resources"]["count"], 7, "{report}");
+        assert_eq!(report["resources"]["templates"], 2, "{report}");
+        assert!(report["resources"]["read_chars"].as_u64().unwrap() > 100);
+        assert!(
+            report["prompts"]["names"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("everything__args-prompt"))
+        );
+        assert_eq!(report["prompts"]["text"], "What's weather in Paris?");
+        assert!(
+            report["unknown"]["error"]
+                .as_str()
+                .unwrap()
+                .contains("unknown tool \"everything__no-such-tool\""),
+            "{report}"
+        );
+        if mode == "legacy" {
+            // The upstream server's sampling request reached this client and came back.
+            assert_eq!(
+                report["sampled_prompt"],
+                "Resource trigger-sampling-request context: Say hi"
+            );
+            assert!(text(&report, "sampling").contains("sampled by the client"));
+        } else {
+            // A 2026-07-28 client takes no server requests; the gateway refuses cleanly.
+            assert_eq!(report["sampling"]["is_error"], true, "{report}");
+            assert!(text(&report, "sampling").contains("does not support sampling"));
+        }
+    }
+}
+
+#[test]
+fn typescript_sdk_client_gets_progress_cancellation_completion_and_sampling() {
+    let mut client = ts_gateway_client();
+    client.arg("all").args(serve_args(&[]));
+    let report = run_client(client);
+    assert_eq!(report["server"], "tether-gateway");
+    assert_eq!(
+        report["tools"].as_array().map(Vec::len),
+        Some(19),
+        "{report}"
+    );
+    assert_eq!(text(&report, "sum"), "The sum of 2 and 3 is 5.");
+    assert_eq!(report["time"]["is_error"], false);
+    assert_eq!(
+        report["progress"]["progress"],
+        json!([1, 2, 3, 4]),
+        "{report}"
+    );
+    // The 30-second call was abandoned at once, and the gateway kept serving.
+    assert_eq!(report["cancel"]["aborted"], true, "{report}");
+    assert!(report["cancel"]["seconds"].as_f64().unwrap() < 10.0);
+    assert_eq!(report["cancel"]["after"], "The sum of 1 and 1 is 2.");
+    assert_eq!(report["resources"]["count"], 7, "{report}");
+    assert_eq!(report["prompt"], "What's weather in Oslo?");
+    assert_eq!(report["complete"], json!(["Engineering"]), "{report}");
+    assert!(text(&report, "sampling").contains("sampled by the TypeScript client"));
+}
+
+#[test]
+fn search_mode_serves_one_tool_and_announces_what_a_search_loads() {
+    let mut client = ts_gateway_client();
+    client
+        .arg("search")
+        .args(serve_args(&["--tools", "search"]));
+    let report = run_client(client);
+    assert_eq!(report["tools"], json!(["search_tools"]), "{report}");
+    assert!(text(&report, "search").contains("everything__get-sum"));
+    assert_eq!(report["list_changed"], 1, "{report}");
+    let after = report["tools_after"].as_array().unwrap();
+    assert!(after.contains(&json!("everything__get-sum")), "{report}");
+    assert!(after.contains(&json!("search_tools")));
+    assert_eq!(text(&report, "sum"), "The sum of 20 and 22 is 42.");
+}
+
+#[test]
+fn meta_mode_serves_mcp_query_and_answers_a_bad_call_with_the_schema() {
+    let mut client = ts_gateway_client();
+    client.arg("meta").args(serve_args(&["--tools", "meta"]));
+    let report = run_client(client);
+    assert_eq!(report["tools"], json!(["mcp_query"]), "{report}");
+    assert_eq!(text(&report, "sum"), "The sum of 4 and 5 is 9.");
+    assert_eq!(report["bad"]["is_error"], true);
+    let bad = text(&report, "bad");
+    assert!(bad.contains("\"b\" is a required property"), "{bad}");
+    assert!(bad.contains("\"required\":[\"a\",\"b\"]"), "{bad}");
+}
+
+/// Tether as the client of a Tether gateway, through a config file.
+fn tether_through_gateway(test: &str, gateway: Value, args: &[&str]) -> (i32, String, String) {
+    let dir = scratch_dir("serve", test);
+    std::fs::write(dir.join("inner.json"), gateway.to_string()).unwrap();
+    let outer = json!({"mcpServers": {"gw": {
+        "command": tether(),
+        "args": ["serve", "--config", dir.join("inner.json"), "--no-prefix"],
+    }}});
+    let outer_without_no_prefix = json!({"mcpServers": {"gw": {
+        "command": tether(),
+        "args": ["serve", "--config", dir.join("inner.json")],
+    }}});
+    let prefixed = args.first() == Some(&"--prefixed");
+    let config = if prefixed {
+        outer_without_no_prefix
+    } else {
+        outer
+    };
+    std::fs::write(dir.join("outer.json"), config.to_string()).unwrap();
+    let args = if prefixed { &args[1..] } else { args };
+    let output = Command::new(tether())
+        .arg("--config")
+        .arg(dir.join("outer.json"))
+        .args(args)
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn one_server(extra: Value) -> Value {
+    let mut config = json!({"mcpServers": {"everything": {
+        "command": test_support::npm_bin("mcp-server-everything"),
+        "args": ["stdio"],
+    }}});
+    if let (Value::Object(config), Value::Object(extra)) = (&mut config, extra) {
+        config.extend(extra);
+    }
+    config
+}
+
+#[test]
+fn no_prefix_keeps_the_upstream_names_and_needs_one_server() {
+    let (code, stdout, stderr) =
+        tether_through_gateway("noprefix", one_server(json!({})), &["tools", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let tools: Value = serde_json::from_str(&stdout).unwrap();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"get-sum"), "{names:?}");
+    let (code, stdout, _) = tether_through_gateway(
+        "noprefix-call",
+        one_server(json!({})),
+        &["call", "gw", "get-sum", "a=1", "b=2"],
+    );
+    assert_eq!(code, 0);
+    assert!(stdout.contains("The sum of 1 and 2 is 3."), "{stdout}");
+
+    // With two upstream servers the gateway refuses --no-prefix with the fix.
+    let mut two = one_server(json!({}));
+    two["mcpServers"]["time"] = json!({"command": test_support::venv_bin("mcp-server-time")});
+    let (code, _, stderr) = tether_through_gateway("noprefix-two", two, &["tools"]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--no-prefix") && stderr.contains("exactly one upstream server"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_gateway_enforces_deny_and_refuses_ask_without_elicitation() {
+    let config = one_server(json!({"approval": {
+        "deny": ["everything__get-env"],
+        "ask": ["everything__echo"],
+    }}));
+    let (code, stdout, _) = tether_through_gateway(
+        "deny",
+        config.clone(),
+        &["--prefixed", "call", "gw", "everything__get-env"],
+    );
+    assert_eq!(code, 3, "a blocked tool is a tool error: {stdout}");
+    assert!(stdout.contains("is blocked"), "{stdout}");
+    assert!(stdout.contains("deny \"everything__get-env\""), "{stdout}");
+    let (code, stdout, _) = tether_through_gateway(
+        "ask",
+        config,
+        &["--prefixed", "call", "gw", "everything__echo", "message=hi"],
+    );
+    assert_eq!(code, 3, "{stdout}");
+    assert!(stdout.contains("needs the user's approval"), "{stdout}");
+}
