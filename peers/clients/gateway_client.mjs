@@ -81,4 +81,4 @@ if (scenario === "all") {
   await step("bad", () => call("mcp_query", { server: "everything", tool: "get-sum", params: { a: "four" } }));
 }
 console.log(JSON.stringify(report));
-await client.close();
+await client.close().catch(() => {});

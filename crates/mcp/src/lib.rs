@@ -11,6 +11,7 @@ pub mod error;
 pub mod registry;
 pub mod router;
 pub mod serve;
+pub mod serve_http;
 pub mod sse;
 mod stdio;
 
@@ -23,3 +24,4 @@ pub use error::{ErrorClass, McpError};
 pub use registry::{ServerEntry, ServerRegistry, ServerState};
 pub use router::ToolRouter;
 pub use serve::{Caller, McpService, ServeError, ServiceChange, ServiceInfo, serve_stdio};
+pub use serve_http::{HttpOptions, MCP_PATH, serve_http};

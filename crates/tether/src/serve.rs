@@ -3,11 +3,13 @@
 //! config, starts the gateway, and reports what failed on stderr: stdout belongs to the protocol.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 use tether_catalog::SelectionMode;
 use tether_gateway::{Gateway, GatewayOptions};
-use tether_mcp::ServerConfig;
+use tether_mcp::{HttpOptions, MCP_PATH, ServerConfig};
+use tokio_util::sync::CancellationToken;
 
 use crate::Failure;
 use crate::run::{ToolsArg, approval_rules};
@@ -26,6 +28,18 @@ pub struct ServeArgs {
     /// [default: "toolSelection" from the config, else all].
     #[arg(long, value_enum, value_name = "MODE")]
     pub tools: Option<ToolsArg>,
+    /// With --http: a file of accepted bearer tokens, one per line (`#` starts a comment).
+    /// TETHER_SERVE_TOKENS (comma-separated) adds more. Required for a non-loopback address.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    pub token_file: Option<PathBuf>,
+    /// With --http: a browser origin allowed to call (e.g. https://app.example.com:443);
+    /// repeatable. Requests from any other Origin are refused.
+    #[arg(long, value_name = "ORIGIN", requires = "http")]
+    pub allow_origin: Vec<String>,
+    /// With --http: a host name clients use to reach the gateway (the Host header), besides
+    /// localhost and the bound address; repeatable.
+    #[arg(long, value_name = "HOST", requires = "http")]
+    pub allow_host: Vec<String>,
 }
 
 /// Runs the gateway until the client (stdio) goes away.
@@ -45,6 +59,10 @@ pub async fn serve(
             .map_err(|e| Failure::usage(format!("config: \"toolSelection\": {e}")))?,
         (None, None) => SelectionMode::All,
     };
+    let http = match args.http {
+        Some(addr) => Some((addr, http_options(addr, &args)?)),
+        None => None,
+    };
     let options = GatewayOptions {
         mode,
         prefix: !args.no_prefix,
@@ -56,14 +74,79 @@ pub async fn serve(
     for failure in failures {
         eprintln!("tether serve: {failure}");
     }
-    let outcome = match args.http {
+    let outcome = match http {
         None => tether_mcp::serve_stdio(gateway.session())
             .await
             .map_err(Failure::partial),
-        Some(addr) => Err(Failure::usage(format!(
-            "--http {addr}: not available in this build"
-        ))),
+        Some((addr, options)) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| Failure::usage(format!("--http {addr}: cannot listen: {e}")))?;
+            let bound = listener.local_addr().unwrap_or(addr);
+            eprintln!("tether serve: listening on http://{bound}{MCP_PATH}");
+            let shutdown = CancellationToken::new();
+            tokio::spawn(stop_on_signal(shutdown.clone()));
+            let sessions = gateway.clone();
+            tether_mcp::serve_http(listener, move || sessions.session(), options, shutdown)
+                .await
+                .map_err(Failure::partial)
+        }
     };
     gateway.shutdown().await;
     outcome
+}
+
+/// Tokens, hosts and origins for `--http`; a non-loopback address without tokens is refused.
+fn http_options(addr: SocketAddr, args: &ServeArgs) -> Result<HttpOptions, Failure> {
+    let mut tokens = Vec::new();
+    if let Some(path) = &args.token_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Failure::usage(format!("--token-file {}: cannot read: {e}", path.display()))
+        })?;
+        tokens.extend(
+            text.lines()
+                .map(|line| line.split('#').next().unwrap_or_default().trim())
+                .filter(|line| !line.is_empty())
+                .map(str::to_string),
+        );
+    }
+    if let Ok(list) = std::env::var("TETHER_SERVE_TOKENS") {
+        tokens.extend(
+            list.split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_string),
+        );
+    }
+    if !addr.ip().is_loopback() && tokens.is_empty() {
+        return Err(Failure::usage(format!(
+            "--http {addr}: a gateway reachable from other machines needs authentication; pass --token-file FILE or set TETHER_SERVE_TOKENS (or bind 127.0.0.1)"
+        )));
+    }
+    Ok(HttpOptions {
+        tokens,
+        allowed_hosts: args.allow_host.clone(),
+        allowed_origins: args.allow_origin.clone(),
+        ..HttpOptions::default()
+    })
+}
+
+/// Cancels `shutdown` on Ctrl-C or SIGTERM, so sessions end and servers are stopped.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            shutdown.cancel();
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+    shutdown.cancel();
 }

@@ -288,3 +288,171 @@ fn the_gateway_enforces_deny_and_refuses_ask_without_elicitation() {
     assert_eq!(code, 3, "{stdout}");
     assert!(stdout.contains("needs the user's approval"), "{stdout}");
 }
+
+/// `tether serve --http 127.0.0.1:0` in front of everything and time; killed on drop.
+struct HttpGateway {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpGateway {
+    fn start(extra: &[&str], env: &[(&str, &str)]) -> HttpGateway {
+        let args = serve_args(&[&["--http", "127.0.0.1:0"], extra].concat());
+        let mut command = Command::new(&args[0]);
+        command.args(&args[1..]).envs(env.iter().copied());
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The gateway prints its address once every server is up; read until then.
+        let stderr = child.stderr.take().unwrap();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(url) = line.strip_prefix("tether serve: listening on ") {
+                    let _ = sender.send(url.to_string());
+                }
+            }
+        });
+        let url = receiver
+            .recv_timeout(DEADLINE)
+            .expect("the gateway announces its address");
+        HttpGateway { child, url }
+    }
+
+    /// One raw HTTP POST of an `initialize` request; returns the status line's code.
+    fn post_initialize(&self, headers: &[(&str, &str)]) -> u16 {
+        use std::io::Write;
+        let address = self
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp");
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}})
+        .to_string();
+        let mut request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+            body.len()
+        );
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        request.push_str(&body);
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        stream.set_read_timeout(Some(DEADLINE)).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = Vec::new();
+        let mut buffer = [0u8; 1024];
+        // The status line is all we need; an SSE body may stay open.
+        while !response.windows(2).any(|w| w == b"\r\n") {
+            let n = stream.read(&mut buffer).unwrap();
+            assert!(
+                n > 0,
+                "the gateway closed the connection without a status line"
+            );
+            response.extend_from_slice(&buffer[..n]);
+        }
+        let status = String::from_utf8_lossy(&response);
+        status.split(' ').nth(1).unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for HttpGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn sdk_clients_use_the_gateway_over_streamable_http_in_both_eras() {
+    let gateway = HttpGateway::start(&[], &[]);
+    for (mode, version) in [("legacy", "2025-11-25"), ("auto", "2026-07-28")] {
+        let mut client = py_gateway_client();
+        client.arg(mode).arg(&gateway.url);
+        let report = run_client(client);
+        assert_eq!(report["protocol_version"], version, "{report}");
+        assert_eq!(text(&report, "sum"), "The sum of 2 and 3 is 5.");
+        assert!(text(&report, "time").contains("\"timezone\": \"UTC\""));
+        assert_eq!(
+            report["progress"]["progress"],
+            json!([1.0, 2.0, 3.0]),
+            "{mode}"
+        );
+        assert_eq!(report["resources"]["count"], 7, "{report}");
+        assert_eq!(report["prompts"]["text"], "What's weather in Paris?");
+        if mode == "legacy" {
+            assert!(text(&report, "sampling").contains("sampled by the client"));
+        }
+    }
+    let mut client = ts_gateway_client();
+    client.arg("all").arg(&gateway.url);
+    let report = run_client(client);
+    assert_eq!(
+        report["tools"].as_array().map(Vec::len),
+        Some(19),
+        "{report}"
+    );
+    assert_eq!(
+        report["progress"]["progress"],
+        json!([1, 2, 3, 4]),
+        "{report}"
+    );
+    assert_eq!(report["cancel"]["after"], "The sum of 1 and 1 is 2.");
+    assert!(text(&report, "sampling").contains("sampled by the TypeScript client"));
+}
+
+#[test]
+fn http_gateway_refuses_missing_and_wrong_tokens_and_foreign_origins() {
+    let gateway = HttpGateway::start(
+        &["--tools", "meta"],
+        &[("TETHER_SERVE_TOKENS", "first-token, second-token")],
+    );
+    assert_eq!(gateway.post_initialize(&[]), 401);
+    assert_eq!(
+        gateway.post_initialize(&[("Authorization", "Bearer wrong-token")]),
+        401
+    );
+    assert_eq!(
+        gateway.post_initialize(&[("Authorization", "Bearer second-token")]),
+        200
+    );
+    assert_eq!(
+        gateway.post_initialize(&[
+            ("Authorization", "Bearer first-token"),
+            ("Origin", "https://evil.example")
+        ]),
+        403
+    );
+    // A real client with the token works end to end.
+    let mut client = ts_gateway_client();
+    client.arg("meta").arg(&gateway.url).env(
+        "GATEWAY_HEADERS",
+        r#"{"Authorization": "Bearer first-token"}"#,
+    );
+    let report = run_client(client);
+    assert_eq!(text(&report, "sum"), "The sum of 4 and 5 is 9.", "{report}");
+}
+
+#[test]
+fn a_non_loopback_gateway_needs_tokens() {
+    let output = Command::new(tether())
+        .args(["serve", "--http", "0.0.0.0:0"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("needs authentication") && stderr.contains("--token-file"),
+        "{stderr}"
+    );
+}
