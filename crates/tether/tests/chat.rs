@@ -708,6 +708,9 @@ fn prompts_roots_and_context_in_a_terminal() {
     terminal.type_text("/root /srv/delta");
     terminal.press(&["Enter"]);
     terminal.wait_for("added root /srv/delta");
+    // The server logs the new roots when it has fetched them; wait for that line so it
+    // cannot land on a later prompt line.
+    terminal.wait_for("Roots updated: 2 root(s)");
     terminal.type_text("echo a lot");
     terminal.press(&["Enter"]);
     terminal.wait_for("Echoed.");
