@@ -286,70 +286,61 @@ impl Gateway {
             .map(|(_, owner)| owner.clone())
     }
 
-    async fn list_resources(&self) -> Vec<Resource> {
+    /// One list from every server, each item with its server; a server that fails is
+    /// logged and left out.
+    async fn gather<T>(
+        &self,
+        what: &str,
+        list: impl AsyncFn(&ServerConnection) -> Result<Vec<T>, McpError>,
+    ) -> Vec<(String, T)> {
+        let list = &list;
         let lists = join_all(
             self.registry
                 .connections()
-                .map(|c| async move { (c.name().to_string(), c.list_resources().await) }),
+                .map(|c| async move { (c.name().to_string(), list(c).await) }),
         )
         .await;
         let mut all = Vec::new();
-        for (server, list) in lists {
-            match list {
-                Ok(resources) => {
-                    if let Ok(mut owners) = self.resource_owners.lock() {
-                        for resource in &resources {
-                            owners.insert(resource.uri.clone(), server.clone());
-                        }
-                    }
-                    all.extend(resources);
-                }
-                Err(error) => tracing::warn!(%error, "gateway: listing resources"),
+        for (server, items) in lists {
+            match items {
+                Ok(items) => all.extend(items.into_iter().map(|item| (server.clone(), item))),
+                Err(error) => tracing::warn!(%error, "gateway: listing {what}"),
             }
         }
         all
     }
 
-    async fn list_templates(&self) -> Vec<ResourceTemplate> {
-        let lists = join_all(
-            self.registry
-                .connections()
-                .map(|c| async move { (c.name().to_string(), c.list_resource_templates().await) }),
-        )
-        .await;
-        let mut all = Vec::new();
-        for (server, list) in lists {
-            match list {
-                Ok(templates) => {
-                    if let Ok(mut owners) = self.resource_owners.lock() {
-                        for template in &templates {
-                            owners.insert(template.uri_template.clone(), server.clone());
-                        }
-                    }
-                    all.extend(templates);
-                }
-                Err(error) => tracing::warn!(%error, "gateway: listing resource templates"),
+    /// Remembers which server listed each URI or URI template.
+    fn learn_owners<'a>(&self, owned: impl Iterator<Item = (&'a String, &'a String)>) {
+        if let Ok(mut owners) = self.resource_owners.lock() {
+            for (key, server) in owned {
+                owners.insert(key.clone(), server.clone());
             }
         }
-        all
+    }
+
+    async fn list_resources(&self) -> Vec<Resource> {
+        let all = self
+            .gather("resources", async |c| c.list_resources().await)
+            .await;
+        self.learn_owners(all.iter().map(|(server, r)| (&r.uri, server)));
+        all.into_iter().map(|(_, resource)| resource).collect()
+    }
+
+    async fn list_templates(&self) -> Vec<ResourceTemplate> {
+        let all = self
+            .gather("resource templates", async |c| {
+                c.list_resource_templates().await
+            })
+            .await;
+        self.learn_owners(all.iter().map(|(server, t)| (&t.uri_template, server)));
+        all.into_iter().map(|(_, template)| template).collect()
     }
 
     /// Every server's prompts with the names clients see.
     async fn prompts(&self) -> Vec<(String, Prompt)> {
-        let lists = join_all(
-            self.registry
-                .connections()
-                .map(|c| async move { (c.name().to_string(), c.list_prompts().await) }),
-        )
-        .await;
-        let mut all = Vec::new();
-        for (server, list) in lists {
-            match list {
-                Ok(prompts) => all.extend(prompts.into_iter().map(|p| (server.clone(), p))),
-                Err(error) => tracing::warn!(%error, "gateway: listing prompts"),
-            }
-        }
-        all
+        self.gather("prompts", async |c| c.list_prompts().await)
+            .await
     }
 
     /// The server and upstream name of the prompt a client calls `name`.
