@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -21,6 +21,33 @@ pub enum Wire {
     Anthropic,
     /// `POST /api/chat`, newline-delimited JSON.
     Ollama,
+}
+
+/// A one-way latch between a test and the scripted server: the server waits on it (at most
+/// a minute, so a test that forgets to open it fails instead of hanging), the test opens it.
+#[derive(Debug, Clone, Default)]
+pub struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+
+    /// Opens the gate; every waiter goes on.
+    pub fn open(&self) {
+        let (open, changed) = &*self.0;
+        *open.lock().expect("lock") = true;
+        changed.notify_all();
+    }
+
+    fn wait(&self) {
+        let (open, changed) = &*self.0;
+        let guard = open.lock().expect("lock");
+        let _ = changed
+            .wait_timeout_while(guard, Duration::from_secs(60), |open| !*open)
+            .expect("lock");
+    }
 }
 
 /// One scripted reply.
@@ -38,10 +65,11 @@ pub enum Reply {
     /// The first piece of `text`, then nothing for a minute: a stream the client must
     /// cancel.
     Stalled(String),
-    /// `reply`, after a pause (to see what the client shows while it waits).
-    Delayed {
-        /// The pause.
-        after: Duration,
+    /// `reply`, once the test opens `gate` (to see what the client shows while it waits,
+    /// without racing a timer).
+    Held {
+        /// Opened by the test when it has seen what it waits for.
+        gate: Gate,
         /// What then comes.
         reply: Box<Reply>,
     },
@@ -197,12 +225,8 @@ fn serve(stream: TcpStream, wire: Wire, log: &Mutex<Vec<Recorded>>, script: &Scr
         body,
     });
     let mut reply = script.lock().expect("lock").next();
-    if let Some(Reply::Delayed {
-        after,
-        reply: later,
-    }) = reply
-    {
-        std::thread::sleep(after);
+    if let Some(Reply::Held { gate, reply: later }) = reply {
+        gate.wait();
         reply = Some(*later);
     }
     let mut out = stream;
@@ -271,7 +295,7 @@ fn write_stream(out: &mut TcpStream, wire: Wire, reply: &Reply) {
             std::thread::sleep(Duration::from_secs(60));
             return;
         }
-        Reply::Http { .. } | Reply::Delayed { .. } => return,
+        Reply::Http { .. } | Reply::Held { .. } => return,
     };
     let frames = match wire {
         Wire::OpenAi => openai_frames(&text, &calls),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use test_support::everything_stdio;
-use test_support::model::{Reply, ScriptedModel, Wire};
+use test_support::model::{Gate, Reply, ScriptedModel, Wire};
 use test_support::terminal::Terminal;
 
 /// Terminal tests run one at a time: each drives a tmux session, a chat and a server, and ten
@@ -115,7 +115,7 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
     terminal.press(&["Up"]);
     // Counted without the prompt: a server's log line may land on the prompt line before the
     // typed command.
-    terminal.wait_for_count("/result", 2, Duration::from_secs(10));
+    terminal.wait_for_count("/result", 2, Duration::from_secs(30));
     terminal.press(&["C-u"]);
 
     // Ctrl-C during a long (read-only, so not asked) call cancels the turn, not the chat.
@@ -124,7 +124,7 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
     terminal.wait_for("(1/60)");
     terminal.press(&["C-c"]);
     terminal.wait_for("(cancelled)");
-    terminal.wait_for_count("you> ", 5, Duration::from_secs(10));
+    terminal.wait_for_count("you> ", 5, Duration::from_secs(30));
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
     drop(terminal);
@@ -458,7 +458,7 @@ fn slash_commands_in_a_terminal() {
     terminal.wait_for("[demo-talk]");
     terminal.type_text("again");
     terminal.press(&["Enter"]);
-    terminal.wait_for_count(" tokens; ", 1, Duration::from_secs(10));
+    terminal.wait_for_count(" tokens; ", 1, Duration::from_secs(30));
     terminal.type_text("/compact");
     terminal.press(&["Enter"]);
     terminal.wait_for("compacted 2 earlier messages into a summary");
@@ -587,11 +587,12 @@ fn colour_in_a_terminal_unless_no_color() {
 fn a_spinner_while_waiting_and_ctrl_c_in_the_middle_of_a_streamed_answer() {
     let _one_at_a_time = one_at_a_time();
     let dir = workdir("stream");
+    let gate = Gate::new();
     let model = ScriptedModel::start(
         Wire::OpenAi,
         vec![
-            Reply::Delayed {
-                after: Duration::from_millis(1500),
+            Reply::Held {
+                gate: gate.clone(),
                 reply: Box::new(Reply::text("Worth the wait.")),
             },
             // The first piece is one whole line ("Go on"), which the Markdown view shows.
@@ -604,6 +605,7 @@ fn a_spinner_while_waiting_and_ctrl_c_in_the_middle_of_a_streamed_answer() {
     terminal.type_text("slow one");
     terminal.press(&["Enter"]);
     terminal.wait_for("waiting for the model");
+    gate.open();
     let screen = terminal.wait_for("Worth the wait.");
     assert!(
         !screen.contains("waiting for the model"),
