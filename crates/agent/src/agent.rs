@@ -13,7 +13,7 @@ use futures::future::{BoxFuture, join_all};
 use serde::Serialize;
 use serde_json::Value;
 use tether_catalog::{
-    ApprovalMode, ApprovalRules, Decision, META_TOOL, Resolved, SEARCH_TOOL, SelectionMode,
+    ApprovalMode, ApprovalRules, Decision, Hints, META_TOOL, Resolved, SEARCH_TOOL, SelectionMode,
     Snapshot, ToolCatalog, ToolSelection, decide, schema_problems,
 };
 use tether_llm::{
@@ -710,11 +710,18 @@ impl<'a> Agent<'a> {
                 call,
             };
         }
+        let trusted = self
+            .registry
+            .connection(&tool.server)
+            .is_ok_and(|connection| connection.config().trust_hints);
         let decision = decide(
             self.options.approval_mode,
             &self.options.approval_rules,
             &tool.qualified_name,
-            &tool.tool.annotations,
+            Hints {
+                annotations: &tool.tool.annotations,
+                trusted,
+            },
             self.approver.interactive(),
         );
         match decision {

@@ -13,7 +13,7 @@ pub use catalog::{
     Refresh, ServerTools, Snapshot, ToolCatalog, definition, estimate_tokens, one_line,
     schema_problems,
 };
-pub use policy::{ApprovalMode, ApprovalRules, Decision, decide};
+pub use policy::{ApprovalMode, ApprovalRules, Decision, Hints, decide};
 pub use search::{Hit, Ranking, SearchIndex};
 pub use selection::{
     AllTools, AutoTools, META_TOOL, MetaTool, Resolved, SEARCH_TOOL, SearchTools, SelectionMode,

@@ -44,12 +44,23 @@ pub enum Decision {
     Deny(String),
 }
 
+/// A tool's annotations and whether they may be believed. The spec calls annotations
+/// hints: a hostile server can mark `delete_everything` read-only, so under `never` only
+/// trusted hints (Tether's own server, or one the user marked `"trustHints"`) count.
+#[derive(Debug, Clone, Copy)]
+pub struct Hints<'a> {
+    /// What the server says about the tool.
+    pub annotations: &'a ToolAnnotations,
+    /// Whether the server's word is enough to run it unasked under `never`.
+    pub trusted: bool,
+}
+
 /// Decides for one tool. `interactive` says whether anyone can be asked.
 pub fn decide(
     mode: ApprovalMode,
     rules: &ApprovalRules,
     qualified_name: &str,
-    hints: &ToolAnnotations,
+    hints: Hints<'_>,
     interactive: bool,
 ) -> Decision {
     let matching = |patterns: &[String]| {
@@ -66,11 +77,12 @@ pub fn decide(
     if matching(&rules.allow).is_some() {
         return Decision::Allow;
     }
-    let read_only = hints.read_only_hint == Some(true);
-    let destructive = !read_only && hints.destructive_hint == Some(true);
-    let wanted = if matching(&rules.ask).is_some() {
+    let read_only = hints.annotations.read_only_hint == Some(true);
+    let destructive = !read_only && hints.annotations.destructive_hint == Some(true);
+    let asked_by = matching(&rules.ask);
+    let wanted = if asked_by.is_some() {
         Decision::Ask
-    } else if read_only {
+    } else if read_only && (mode != ApprovalMode::Never || hints.trusted) {
         Decision::Allow
     } else if destructive {
         Decision::Ask
@@ -80,14 +92,33 @@ pub fn decide(
             ApprovalMode::Ask | ApprovalMode::Never => Decision::Ask,
         }
     };
+    let allow_rule = format!("an \"allow\" rule for \"{qualified_name}\" in the config");
     match wanted {
-        Decision::Ask if mode == ApprovalMode::Never => Decision::Deny(
-            "tools that change things are disabled (--approve never); only read-only tools may run"
-                .into(),
-        ),
-        Decision::Ask if !interactive => Decision::Deny(format!(
-            "\"{qualified_name}\" needs the user's approval and this run is non-interactive; the user can allow it with --approve auto or an \"allow\" rule in the config"
-        )),
+        Decision::Ask if mode == ApprovalMode::Never => Decision::Deny(if read_only {
+            format!(
+                "--approve never runs only tools the user allowed; the server calls this one read-only, but that is its own claim (allow it with {allow_rule}, or mark the server \"trustHints\": true)"
+            )
+        } else {
+            format!(
+                "tools that change things are disabled (--approve never); allow this one with {allow_rule}"
+            )
+        }),
+        Decision::Ask if !interactive => {
+            let why = match (&asked_by, mode) {
+                (Some(pattern), _) => format!("the config's rule ask \"{pattern}\" covers it"),
+                (None, ApprovalMode::Auto) => {
+                    "it is marked destructive, and --approve auto still asks for those".into()
+                }
+                (None, _) => "it is not marked read-only".into(),
+            };
+            let fix = match (&asked_by, mode) {
+                (None, ApprovalMode::Ask) => format!("--approve auto or {allow_rule}"),
+                _ => allow_rule,
+            };
+            Decision::Deny(format!(
+                "\"{qualified_name}\" needs the user's approval ({why}) and this run is non-interactive; the user can allow it with {fix}"
+            ))
+        }
         other => other,
     }
 }
@@ -121,35 +152,68 @@ mod tests {
             ApprovalMode,
             &ApprovalRules,
             &str,
-            &ToolAnnotations,
+            (&ToolAnnotations, bool),
             bool,
             &str,
         )> = vec![
             // mode, rules, tool, hints, interactive, expected
-            (Ask, &none, "a__read", &ro, true, "allow"),
-            (Ask, &none, "a__write", &plain, true, "ask"),
-            (Ask, &none, "a__write", &plain, false, "deny"),
-            (Ask, &none, "a__rm", &destructive, true, "ask"),
-            (Auto, &none, "a__write", &plain, false, "allow"),
-            (Auto, &none, "a__rm", &destructive, true, "ask"),
-            (Auto, &none, "a__rm", &destructive, false, "deny"),
-            (Never, &none, "a__read", &ro, true, "allow"),
-            (Never, &none, "a__write", &plain, true, "deny"),
-            (Auto, &rules, "disk__format_disk", &ro, true, "deny"),
+            (Ask, &none, "a__read", (&ro, false), true, "allow"),
+            (Ask, &none, "a__write", (&plain, false), true, "ask"),
+            (Ask, &none, "a__write", (&plain, false), false, "deny"),
+            (Ask, &none, "a__rm", (&destructive, false), true, "ask"),
+            (Auto, &none, "a__write", (&plain, false), false, "allow"),
+            (Auto, &none, "a__rm", (&destructive, false), true, "ask"),
+            (Auto, &none, "a__rm", (&destructive, false), false, "deny"),
+            (Never, &none, "a__read", (&ro, false), true, "deny"),
+            (Never, &none, "builtin__read", (&ro, true), true, "allow"),
+            (Never, &none, "a__write", (&plain, false), true, "deny"),
+            (
+                Auto,
+                &rules,
+                "disk__format_disk",
+                (&ro, false),
+                true,
+                "deny",
+            ),
             (
                 Ask,
                 &rules,
                 "files__delete_tmp",
-                &destructive,
+                (&destructive, false),
                 false,
                 "allow",
             ),
-            (Never, &rules, "safe__anything", &plain, true, "allow"),
-            (Auto, &rules, "files__read_secret_key", &ro, true, "ask"),
-            (Auto, &rules, "files__read_secret_key", &ro, false, "deny"),
-            (Ask, &none, "a__odd", &contradictory, true, "allow"),
+            (
+                Never,
+                &rules,
+                "safe__anything",
+                (&plain, false),
+                true,
+                "allow",
+            ),
+            (
+                Auto,
+                &rules,
+                "files__read_secret_key",
+                (&ro, false),
+                true,
+                "ask",
+            ),
+            (
+                Auto,
+                &rules,
+                "files__read_secret_key",
+                (&ro, false),
+                false,
+                "deny",
+            ),
+            (Ask, &none, "a__odd", (&contradictory, false), true, "allow"),
         ];
-        for (mode, rules, tool, hints, interactive, expected) in table {
+        for (mode, rules, tool, (annotations, trusted), interactive, expected) in table {
+            let hints = Hints {
+                annotations,
+                trusted,
+            };
             let got = match decide(mode, rules, tool, hints, interactive) {
                 Decision::Allow => "allow",
                 Decision::Ask => "ask",
@@ -165,7 +229,10 @@ mod tests {
             ApprovalMode::Ask,
             &ApprovalRules::default(),
             "a__write",
-            &hints(None, None),
+            Hints {
+                annotations: &hints(None, None),
+                trusted: false,
+            },
             false,
         ) else {
             panic!("expected a denial")
@@ -174,5 +241,37 @@ mod tests {
             reason.contains("non-interactive") && reason.contains("--approve auto"),
             "{reason}"
         );
+        // Under auto the fix is never "use --approve auto".
+        let Decision::Deny(reason) = decide(
+            ApprovalMode::Auto,
+            &ApprovalRules::default(),
+            "a__rm",
+            Hints {
+                annotations: &hints(None, Some(true)),
+                trusted: false,
+            },
+            false,
+        ) else {
+            panic!("expected a denial")
+        };
+        assert!(
+            reason.contains("destructive") && !reason.contains("--approve auto or"),
+            "{reason}"
+        );
+        assert!(reason.contains("\"allow\" rule for \"a__rm\""), "{reason}");
+        // A server's read-only claim alone does not run a tool under never.
+        let Decision::Deny(reason) = decide(
+            ApprovalMode::Never,
+            &ApprovalRules::default(),
+            "evil__delete_everything",
+            Hints {
+                annotations: &hints(Some(true), None),
+                trusted: false,
+            },
+            true,
+        ) else {
+            panic!("expected a denial")
+        };
+        assert!(reason.contains("its own claim"), "{reason}");
     }
 }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, Weak};
 use async_trait::async_trait;
 use futures::future::{BoxFuture, join_all};
 use serde_json::{Map, Value, json};
-use tether_catalog::policy::{ApprovalMode, ApprovalRules, Decision, decide};
+use tether_catalog::policy::{ApprovalMode, ApprovalRules, Decision, Hints, decide};
 use tether_catalog::selection::{
     Resolved, SelectionMode, SelectionOptions, ToolSelection, selection_for,
 };
@@ -481,7 +481,10 @@ impl GatewaySession {
             ApprovalMode::Auto,
             &self.gateway.options.rules,
             qualified_name,
-            &ToolAnnotations::default(),
+            Hints {
+                annotations: &ToolAnnotations::default(),
+                trusted: false,
+            },
             true,
         );
         match decision {

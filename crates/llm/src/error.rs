@@ -189,15 +189,29 @@ pub fn retry_after_header(headers: &reqwest::header::HeaderMap) -> Option<Durati
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<f64>().ok())
     };
-    if let Some(ms) = read("retry-after-ms") {
-        return Some(Duration::from_secs_f64((ms / 1000.0).max(0.0)));
-    }
-    read("retry-after").map(|s| Duration::from_secs_f64(s.max(0.0)))
+    // A hostile or broken header (`1e30`, `NaN`) must not panic: such a wait is no hint.
+    let seconds = match read("retry-after-ms") {
+        Some(ms) => ms / 1000.0,
+        None => read("retry-after")?,
+    };
+    Duration::try_from_secs_f64(seconds.max(0.0)).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_absurd_retry_after_is_ignored_not_a_panic() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("retry-after", "1e30".parse().unwrap());
+        assert_eq!(retry_after_header(&headers), None);
+        headers.insert("retry-after-ms", "1500".parse().unwrap());
+        assert_eq!(
+            retry_after_header(&headers),
+            Some(Duration::from_millis(1500))
+        );
+    }
 
     #[test]
     fn statuses_map_to_kinds() {

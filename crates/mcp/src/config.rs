@@ -94,6 +94,10 @@ pub struct ServerConfig {
     pub oauth: crate::auth::OAuthSettings,
     /// `"alwaysLoad"`: its tools are sent on every request, whatever the tool-selection mode.
     pub always_load: bool,
+    /// `"trustHints"`: its tools' `readOnlyHint` may let them run under `--approve never`.
+    /// Annotations are the server's own claims, so only Tether's built-in server and servers
+    /// the user vouches for get this.
+    pub trust_hints: bool,
 }
 
 /// The MCP revisions Tether speaks, oldest first.
@@ -156,6 +160,7 @@ impl ServerConfig {
             protocol_version: None,
             oauth: crate::auth::OAuthSettings::default(),
             always_load: false,
+            trust_hints: false,
         }
     }
 
@@ -239,6 +244,8 @@ struct RawServer {
     oauth: Option<Value>,
     #[serde(default)]
     always_load: bool,
+    #[serde(default)]
+    trust_hints: bool,
     #[serde(flatten)]
     other: serde_json::Map<String, Value>,
 }
@@ -260,7 +267,27 @@ const KNOWN_SERVER_KEYS: &[&str] = &[
     "protocolVersion",
     "oauth",
     "alwaysLoad",
+    "trustHints",
 ];
+
+/// The longest timeout accepted anywhere: a year. Beyond that a number is a typo, and a
+/// `Duration` of `1e30` seconds cannot even be built.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Seconds as a timeout: positive, finite and at most [`MAX_TIMEOUT`], else a message that
+/// says which.
+pub fn duration_from_seconds(seconds: f64) -> Result<Duration, String> {
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(format!("must be a positive duration, got {seconds}"));
+    }
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(duration) if duration <= MAX_TIMEOUT => Ok(duration),
+        _ => Err(format!(
+            "{seconds} seconds is too long; give at most {} (a year)",
+            MAX_TIMEOUT.as_secs()
+        )),
+    }
+}
 
 /// A duration written as seconds (`30`, `2.5`) or with a unit (`"500ms"`, `"30s"`, `"2m"`).
 #[derive(Deserialize)]
@@ -276,10 +303,7 @@ impl RawDuration {
             RawDuration::Seconds(s) => *s,
             RawDuration::Text(text) => parse_duration_text(text)?,
         };
-        if !(seconds.is_finite() && seconds > 0.0) {
-            return Err(format!("must be a positive duration, got {seconds}"));
-        }
-        Ok(Duration::from_secs_f64(seconds))
+        duration_from_seconds(seconds)
     }
 }
 
@@ -553,6 +577,7 @@ fn build_server(
             }
         },
         always_load: raw.always_load,
+        trust_hints: raw.trust_hints,
     })
 }
 
@@ -737,6 +762,20 @@ mod tests {
             "EMPTY" => Some(String::new()),
             _ => None,
         })
+    }
+
+    #[test]
+    fn absurd_timeouts_are_errors_not_panics() {
+        for (text, fragment) in [
+            (r#""timeout": 1e30"#, "too long"),
+            (r#""timeout": "1e300s""#, "too long"),
+            (r#""timeout": -1"#, "positive"),
+        ] {
+            let config = format!(r#"{{"mcpServers": {{"a": {{"command": "x", {text}}}}}}}"#);
+            let error = parse(&config).unwrap_err().to_string();
+            assert!(error.contains(fragment), "{text}: {error}");
+        }
+        assert_eq!(duration_from_seconds(2.5), Ok(Duration::from_millis(2500)));
     }
 
     #[test]

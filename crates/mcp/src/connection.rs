@@ -438,11 +438,25 @@ impl ServerConnection {
             token: token_key(&handle.progress_token),
             routes: self.progress.clone(),
             cancellations: self.cancellations.clone(),
+            reason: "cancelled by the user".into(),
         };
         if let (Some(sender), Ok(mut routes)) = (progress, self.progress.lock()) {
             routes.insert(guard.token.clone(), ProgressRoute { sender, last: None });
         }
-        let result = handle.await_response().await;
+        // Timed here as well as in `request`, so the server is told the real reason.
+        let result = match tokio::time::timeout(self.config.timeout, handle.await_response()).await
+        {
+            Ok(result) => result,
+            Err(_) => {
+                guard.reason = format!(
+                    "timed out after {} (the client's limit)",
+                    crate::error::fmt_duration(self.config.timeout)
+                );
+                return Err(ServiceError::Timeout {
+                    timeout: self.config.timeout,
+                });
+            }
+        };
         guard.id = None;
         // Serialising rmcp's own types cannot fail (string keys only); `Null` would then
         // surface as a schema mismatch in `convert`.
@@ -666,6 +680,12 @@ impl ServerConnection {
                 code: error.code.0,
                 message: error.message.to_string(),
             }),
+            Ok(Err(ServiceError::Timeout { .. })) | Err(_) => Err(McpError::Timeout {
+                server,
+                operation: operation.to_string(),
+                after: self.config.timeout,
+                hint: self.process.as_ref().and_then(StdioProcess::hint),
+            }),
             Ok(Err(error)) if auth_challenge(&error).is_some() => Err(McpError::SignInRequired {
                 server,
                 challenge: auth_challenge(&error),
@@ -684,12 +704,6 @@ impl ServerConnection {
                 };
                 Err(McpError::Unreachable { server, detail })
             }
-            Err(_) => Err(McpError::Timeout {
-                server,
-                operation: operation.to_string(),
-                after: self.config.timeout,
-                hint: self.process.as_ref().and_then(StdioProcess::hint),
-            }),
         }
     }
 
@@ -727,6 +741,8 @@ struct InFlight {
     token: String,
     routes: ProgressRoutes,
     cancellations: Cancellations,
+    /// What `notifications/cancelled` tells the server.
+    reason: String,
 }
 
 /// `notifications/cancelled` still being sent; `close` waits for them.
@@ -742,7 +758,7 @@ impl Drop for InFlight {
         };
         let peer = self.peer.clone();
         let notification = ClientNotification::CancelledNotification(CancelledNotification::new(
-            CancelledNotificationParam::new(Some(id), Some("cancelled by the user".into())),
+            CancelledNotificationParam::new(Some(id), Some(std::mem::take(&mut self.reason))),
         ));
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let task = runtime.spawn(async move {

@@ -170,14 +170,10 @@ fn server_configs(global: &GlobalArgs) -> Result<Loaded, Failure> {
         (Vec::new(), serde_json::Map::new(), None)
     };
     let timeout = match global.timeout {
-        Some(secs) if secs.is_finite() && secs > 0.0 => {
-            Some(std::time::Duration::from_secs_f64(secs))
-        }
-        Some(secs) => {
-            return Err(Failure::usage(format!(
-                "--timeout {secs}: give a positive number of seconds"
-            )));
-        }
+        Some(secs) => Some(
+            tether_mcp::config::duration_from_seconds(secs)
+                .map_err(|why| Failure::usage(format!("--timeout {secs}: {why}")))?,
+        ),
         None => None,
     };
     let names =
@@ -208,11 +204,14 @@ fn with_builtin(mut servers: Vec<ServerConfig>) -> Result<Vec<ServerConfig>, Fai
                 "cannot find the tether binary to start the built-in tools: {e}"
             ))
         })?;
-        servers.push(ServerConfig::stdio(
+        let mut builtin = ServerConfig::stdio(
             "builtin",
             exe.display().to_string(),
             vec!["builtin-server".into()],
-        ));
+        );
+        // Our own server: its read-only hints are ours, not a stranger's claims.
+        builtin.trust_hints = true;
+        servers.push(builtin);
     }
     Ok(servers)
 }

@@ -692,6 +692,11 @@ fn a_timed_out_call_is_cancelled_on_the_server() {
     let log = std::fs::read_to_string(dir.join("cancelled")).expect("the server was told");
     let cancelled: Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
     assert!(cancelled["requestId"].is_number(), "{cancelled}");
+    // The server is told the real reason, not that a user cancelled.
+    assert_eq!(
+        cancelled["reason"], "timed out after 1s (the client's limit)",
+        "{cancelled}"
+    );
 }
 
 #[test]
@@ -737,6 +742,7 @@ fn ctrl_c_during_a_call_cancels_it_on_the_server() {
     assert_eq!(child.wait().unwrap().code(), Some(130));
     let log = std::fs::read_to_string(dir.join("cancelled")).expect("the server was told");
     assert!(log.contains("requestId"), "{log}");
+    assert!(log.contains("cancelled by the user"), "{log}");
 }
 
 #[test]
