@@ -148,14 +148,16 @@ mod tests {
         let plain = hints(None, None);
         let destructive = hints(Some(false), Some(true));
         let contradictory = hints(Some(true), Some(true));
-        let table: Vec<(
+        // mode, rules, tool, (hints, trusted), interactive, expected
+        type Row<'a> = (
             ApprovalMode,
-            &ApprovalRules,
-            &str,
-            (&ToolAnnotations, bool),
+            &'a ApprovalRules,
+            &'a str,
+            (&'a ToolAnnotations, bool),
             bool,
-            &str,
-        )> = vec![
+            &'a str,
+        );
+        let table: Vec<Row<'_>> = vec![
             // mode, rules, tool, hints, interactive, expected
             (Ask, &none, "a__read", (&ro, false), true, "allow"),
             (Ask, &none, "a__write", (&plain, false), true, "ask"),

@@ -77,18 +77,7 @@ impl CredentialFile {
             std::fs::create_dir_all(dir).map_err(fail)?;
         }
         let text = serde_json::to_string_pretty(all).map_err(|e| e.to_string())?;
-        let partial = self.path.with_extension("json.part");
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            options.mode(0o600);
-        }
-        let mut file = options.open(&partial).map_err(fail)?;
-        std::io::Write::write_all(&mut file, text.as_bytes()).map_err(fail)?;
-        file.sync_all().map_err(fail)?;
-        std::fs::rename(&partial, &self.path).map_err(fail)
+        crate::private_files::write_atomically(&self.path, text.as_bytes()).map_err(fail)
     }
 
     /// The saved credentials, if any.

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use tether_protocol::{ContentBlock, Tool, ToolResult};
 
+use crate::client::{ElicitationAnswer, ElicitationRequest};
 use crate::serve::{Caller, McpService, ServeError, ServiceInfo, serve_stdio};
 
 /// Largest file `read_file` returns, in bytes.
@@ -158,6 +159,77 @@ impl BuiltinServer {
         Ok(canonical)
     }
 
+    /// Reads a text file under the root. The path is checked, then opened once without
+    /// following a final symlink and without blocking (a named pipe would wedge the server),
+    /// and what was opened is checked again: a symlink swapped in between cannot lead out.
+    fn read_file(&self, path: &str) -> Result<String, String> {
+        use std::io::Read;
+        if let Some(kind) = secret_kind(Path::new(path)) {
+            return Err(secret_refusal(path, kind));
+        }
+        let full = self.confined(path)?;
+        if let Some(kind) = secret_kind(&full) {
+            return Err(secret_refusal(path, kind));
+        }
+        let cannot = |e: std::io::Error| format!("cannot read \"{path}\": {e}");
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK);
+        }
+        let file = options.open(&full).map_err(cannot)?;
+        let meta = file.metadata().map_err(cannot)?;
+        if !meta.is_file() {
+            return Err(format!(
+                "\"{path}\" is not a regular file (a pipe, socket or device); read_file reads files only"
+            ));
+        }
+        self.check_opened(&file, &full, path)?;
+        if meta.len() > MAX_FILE_BYTES {
+            return Err(format!(
+                "\"{path}\" is {} bytes; read_file returns files up to {MAX_FILE_BYTES} bytes",
+                meta.len()
+            ));
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_FILE_BYTES)
+            .read_to_end(&mut bytes)
+            .map_err(cannot)?;
+        String::from_utf8(bytes).map_err(|_| format!("\"{path}\" is not a text file"))
+    }
+
+    /// Where the open file really is, asked of the kernel (Linux), must be under the root.
+    /// Elsewhere the file must still be the one the checked path names.
+    fn check_opened(&self, file: &std::fs::File, checked: &Path, path: &str) -> Result<(), String> {
+        let escaped = || format!("\"{path}\" leads outside the current directory");
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let root = self
+                .root
+                .canonicalize()
+                .map_err(|e| format!("cannot resolve the working directory: {e}"))?;
+            let opened = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+                .map_err(|e| format!("cannot check \"{path}\": {e}"))?;
+            if !opened.starts_with(&root) {
+                return Err(escaped());
+            }
+        }
+        #[cfg(all(unix, not(target_os = "linux")))]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let opened = file.metadata().map_err(|e| e.to_string())?;
+            let named = std::fs::metadata(checked).map_err(|e| e.to_string())?;
+            if (opened.dev(), opened.ino()) != (named.dev(), named.ino()) {
+                return Err(escaped());
+            }
+        }
+        let _ = (checked, escaped);
+        Ok(())
+    }
+
     /// Runs one tool; errors are tool errors (`isError`), not protocol errors.
     pub fn call(&self, name: &str, arguments: &Map<String, Value>) -> Result<String, String> {
         match name {
@@ -189,18 +261,7 @@ impl BuiltinServer {
                     .get("path")
                     .and_then(Value::as_str)
                     .ok_or("argument \"path\" is required")?;
-                let full = self.confined(path)?;
-                let size = std::fs::metadata(&full)
-                    .map_err(|e| format!("cannot read \"{path}\": {e}"))?
-                    .len();
-                if size > MAX_FILE_BYTES {
-                    return Err(format!(
-                        "\"{path}\" is {size} bytes; read_file returns files up to {MAX_FILE_BYTES} bytes"
-                    ));
-                }
-                let bytes =
-                    std::fs::read(&full).map_err(|e| format!("cannot read \"{path}\": {e}"))?;
-                String::from_utf8(bytes).map_err(|_| format!("\"{path}\" is not a text file"))
+                self.read_file(path)
             }
             "list_files" => {
                 let path = arguments.get("path").and_then(Value::as_str).unwrap_or(".");
@@ -225,6 +286,81 @@ impl BuiltinServer {
     }
 }
 
+/// What kind of secret a path looks like, if any: keys, credentials and tokens the built-in
+/// tools never hand to a model, wherever Tether was started.
+fn secret_kind(path: &Path) -> Option<&'static str> {
+    const SECRET_DIRS: &[(&str, &str)] = &[
+        (".ssh", "SSH key"),
+        (".gnupg", "GnuPG key"),
+        (".aws", "AWS credential"),
+        (".azure", "Azure credential"),
+        (".kube", "Kubernetes credential"),
+        (".docker", "Docker credential"),
+        (".password-store", "password store"),
+        ("gcloud", "Google Cloud credential"),
+    ];
+    const SECRET_FILES: &[(&str, &str)] = &[
+        (".netrc", "login file"),
+        (".npmrc", "npm token"),
+        (".pypirc", "PyPI token"),
+        (".git-credentials", "git credential"),
+        ("credentials.json", "credential"),
+        ("credentials", "credential"),
+        (".env", "environment secret"),
+        (".pgpass", "database password"),
+        (".bash_history", "shell history"),
+        (".zsh_history", "shell history"),
+    ];
+    for component in path.components() {
+        let name = component.as_os_str().to_string_lossy().to_lowercase();
+        if let Some((_, kind)) = SECRET_DIRS.iter().find(|(dir, _)| name == *dir) {
+            return Some(kind);
+        }
+    }
+    let name = path.file_name()?.to_string_lossy().to_lowercase();
+    if let Some((_, kind)) = SECRET_FILES.iter().find(|(file, _)| name == *file) {
+        return Some(kind);
+    }
+    let harmless_env = [".example", ".sample", ".template", ".dist"]
+        .iter()
+        .any(|suffix| name.ends_with(suffix));
+    if name.starts_with(".env.") && !harmless_env {
+        return Some("environment secret");
+    }
+    if ["id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"]
+        .iter()
+        .any(|key| name.starts_with(key))
+    {
+        return Some("SSH key");
+    }
+    if [".pem", ".key", ".p12", ".pfx", ".kdbx", ".keystore", ".jks"]
+        .iter()
+        .any(|ext| name.ends_with(ext))
+    {
+        return Some("key");
+    }
+    None
+}
+
+fn secret_refusal(path: &str, kind: &str) -> String {
+    format!(
+        "refused: \"{path}\" looks like a {kind} file, and the built-in tools never read keys or credentials; read it yourself if the model needs it"
+    )
+}
+
+/// Whether `root` is a place where reading files is expected: not the home directory, not
+/// one of its ancestors and not the filesystem root, where every secret of the user lives.
+fn is_project_dir(root: &Path, home: Option<&Path>) -> bool {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    if root.parent().is_none() {
+        return false;
+    }
+    match home.and_then(|h| h.canonicalize().ok()) {
+        Some(home) => !home.starts_with(&root),
+        None => true,
+    }
+}
+
 #[async_trait]
 impl McpService for BuiltinServer {
     fn info(&self) -> ServiceInfo {
@@ -244,13 +380,40 @@ impl McpService for BuiltinServer {
         &self,
         name: &str,
         arguments: Map<String, Value>,
-        _caller: &Caller,
+        caller: &Caller,
     ) -> Result<ToolResult, ServeError> {
         if !builtin_tools().iter().any(|t| t.name == name) {
             return Err(ServeError::NotFound {
                 what: "tool",
                 name: name.to_string(),
             });
+        }
+        let reads_files = matches!(name, "read_file" | "list_files");
+        let path = arguments.get("path").and_then(Value::as_str).unwrap_or(".");
+        if let Some(kind) = secret_kind(Path::new(path)).filter(|_| name == "read_file") {
+            // Not worth asking about: refused wherever Tether runs.
+            return Ok(text_result(secret_refusal(path, kind), true));
+        }
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        if reads_files && !is_project_dir(&self.root, home.as_deref()) {
+            // Started from the home directory (or above it), every file of the user is in
+            // reach: ask the user, through the client, before each read.
+            let question = ElicitationRequest::Form {
+                message: format!(
+                    "{name} wants to read \"{path}\" in {}, which is not a project directory (Tether was started there). Allow it?",
+                    self.root.display()
+                ),
+                schema: json!({"type": "object", "properties": {}}),
+            };
+            if !matches!(caller.elicit(question).await, ElicitationAnswer::Accept(_)) {
+                return Ok(text_result(
+                    format!(
+                        "refused: {} is not a project directory and the user did not allow reading \"{path}\" there; start Tether in a project directory",
+                        self.root.display()
+                    ),
+                    true,
+                ));
+            }
         }
         Ok(match self.call(name, &arguments) {
             Ok(text) => text_result(text, false),
@@ -306,5 +469,41 @@ mod tests {
                 .unwrap_err()
                 .contains("outside")
         );
+    }
+
+    #[test]
+    fn secrets_pipes_and_symlinks_out_are_refused() {
+        let dir = std::env::temp_dir().join(format!("tether-builtin-guard-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join(".ssh")).unwrap();
+        std::fs::write(dir.join(".ssh/id_rsa"), "KEY").unwrap();
+        std::fs::write(dir.join(".env"), "TOKEN=1").unwrap();
+        std::fs::write(dir.join(".env.example"), "TOKEN=").unwrap();
+        let server = BuiltinServer::new(dir.clone());
+        let read =
+            |path: &str| server.call("read_file", json!({"path": path}).as_object().unwrap());
+        for secret in [".ssh/id_rsa", ".env"] {
+            let error = read(secret).unwrap_err();
+            assert!(error.contains("never read keys or credentials"), "{error}");
+        }
+        assert_eq!(read(".env.example").unwrap(), "TOKEN=");
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink("/etc/hostname", dir.join("link")).unwrap();
+            assert!(read("link").unwrap_err().contains("outside"));
+            let fifo = dir.join("pipe");
+            nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+            assert!(read("pipe").unwrap_err().contains("not a regular file"));
+        }
+    }
+
+    #[test]
+    fn home_and_above_are_not_projects() {
+        let home = std::env::temp_dir().join(format!("tether-home-{}", std::process::id()));
+        std::fs::create_dir_all(home.join("code/app")).unwrap();
+        assert!(!is_project_dir(&home, Some(&home)));
+        assert!(!is_project_dir(home.parent().unwrap(), Some(&home)));
+        assert!(!is_project_dir(Path::new("/"), Some(&home)));
+        assert!(is_project_dir(&home.join("code/app"), Some(&home)));
     }
 }

@@ -283,7 +283,7 @@ pub fn duration_from_seconds(seconds: f64) -> Result<Duration, String> {
     match Duration::try_from_secs_f64(seconds) {
         Ok(duration) if duration <= MAX_TIMEOUT => Ok(duration),
         _ => Err(format!(
-            "{seconds} seconds is too long; give at most {} (a year)",
+            "too long; give at most {} seconds (a year)",
             MAX_TIMEOUT.as_secs()
         )),
     }

@@ -43,9 +43,64 @@ const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// How long to wait for an exit status once the pipe has closed, to name it in the error.
 const EXIT_STATUS_WAIT: Duration = Duration::from_secs(2);
 
+/// Process groups of the servers we started and have not yet reaped, for
+/// [`kill_all_servers`] on a signal that ends Tether before the normal stop path runs.
+static LIVE_GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+/// One server's process group: tracked while alive, killed (the whole group) on drop.
+struct ProcessGroup(u32);
+
+impl ProcessGroup {
+    fn track(pid: u32) -> ProcessGroup {
+        if let Ok(mut live) = LIVE_GROUPS.lock() {
+            live.push(pid);
+        }
+        ProcessGroup(pid)
+    }
+
+    fn kill(&self) {
+        kill_group(self.0);
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
+        if let Ok(mut live) = LIVE_GROUPS.lock() {
+            live.retain(|pid| *pid != self.0);
+        }
+    }
+}
+
+fn kill_group(pid: u32) {
+    #[cfg(unix)]
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
+}
+
+/// Kills every stdio server Tether started, with everything each one started in turn. For
+/// the way out on SIGTERM, SIGHUP or an unhandled Ctrl-C, where destructors do not run.
+pub fn kill_all_servers() {
+    let groups = LIVE_GROUPS
+        .lock()
+        .map(|live| live.clone())
+        .unwrap_or_default();
+    for pid in groups {
+        kill_group(pid);
+    }
+}
+
 /// What a child process did that helps explain a failure.
 #[derive(Default)]
 struct Diagnostics {
+    /// Why a message without an id could not be read (the first such).
+    unreadable: Option<String>,
     stderr_tail: VecDeque<String>,
     first_bad_stdout: Option<String>,
     bad_stdout_lines: usize,
@@ -83,6 +138,11 @@ impl StdioProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        // Its own process group, so the whole tree (an `npx` wrapper and the node process
+        // under it, a shell script's children) can be killed at once, and so a Ctrl-C in the
+        // terminal reaches Tether, which decides, instead of killing every server mid-call.
+        #[cfg(unix)]
+        cmd.process_group(0);
         if let Some(dir) = cwd {
             cmd.current_dir(dir);
         }
@@ -119,15 +179,21 @@ impl StdioProcess {
 
         let (kill_tx, kill_rx) = oneshot::channel::<()>();
         let (exit_tx, exit_rx) = watch::channel(None);
+        let group = child.id().map(ProcessGroup::track);
         tokio::spawn(async move {
             let status = tokio::select! {
                 status = child.wait() => status,
                 // Fires on an explicit kill and when the handle is dropped.
                 _ = kill_rx => {
+                    if let Some(group) = &group {
+                        group.kill();
+                    }
                     let _ = child.start_kill();
                     child.wait().await
                 }
             };
+            // The leader is gone; what it left running in its group goes with it.
+            drop(group);
             let text = match status {
                 Ok(s) => match s.code() {
                     Some(code) => format!("exited with status {code}"),
@@ -149,6 +215,9 @@ impl StdioProcess {
     /// What the process did that is worth telling the user, if anything.
     pub(crate) fn hint(&self) -> Option<String> {
         let diagnostics = self.diagnostics.lock().ok()?;
+        if let Some(why) = &diagnostics.unreadable {
+            return Some(format!("a message from it could not be read: {why}"));
+        }
         if let Some(line) = &diagnostics.first_bad_stdout {
             return Some(format!(
                 "it wrote non-JSON to stdout ({} line{}, first: \"{}\"); an MCP stdio server must write only JSON-RPC to stdout and log to stderr",
@@ -201,6 +270,12 @@ fn clip(text: &str, max: usize) -> String {
     }
 }
 
+/// The longest message a server may send: rmcp's own line limit, which drops longer lines
+/// without a word. We stop buffering there and answer the waiting call ourselves instead.
+const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// The longest stderr line kept; the rest of a longer one is skipped, not buffered.
+const MAX_STDERR_LINE_BYTES: usize = 64 * 1024;
+
 async fn pump_stdout(
     server: String,
     stdout: tokio::process::ChildStdout,
@@ -211,35 +286,253 @@ async fn pump_stdout(
     let mut line = Vec::with_capacity(4096);
     loop {
         line.clear();
-        match reader.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
+        let total = match read_line_capped(&mut reader, &mut line, MAX_MESSAGE_BYTES).await {
+            Ok(Some(total)) => total,
+            Ok(None) | Err(_) => break,
+        };
         let trimmed = line.trim_ascii();
         if trimmed.is_empty() {
             continue;
         }
-        if serde_json::from_slice::<serde::de::IgnoredAny>(trimmed).is_ok() {
-            if json_writer.write_all(trimmed).await.is_err()
-                || json_writer.write_all(b"\n").await.is_err()
-            {
-                break;
-            }
+        let verdict = if total > line.len() {
+            Verdict::Unreadable(format!(
+                "its message was {}, over the {} a message may have",
+                megabytes(total),
+                megabytes(MAX_MESSAGE_BYTES)
+            ))
         } else {
-            let text = String::from_utf8_lossy(trimmed).into_owned();
-            if let Ok(mut d) = diagnostics.lock() {
-                // Warn once; a chatty server would otherwise drown the terminal.
-                if d.bad_stdout_lines == 0 {
-                    tracing::warn!(server = %server, "ignored non-JSON output on stdout: {}", clip(&text, 200));
-                } else {
-                    tracing::debug!(server = %server, "ignored non-JSON output on stdout: {}", clip(&text, 200));
+            judge(trimmed)
+        };
+        let forwarded = match verdict {
+            Verdict::Message => Some(trimmed.to_vec()),
+            Verdict::Unreadable(why) => {
+                tracing::warn!(server = %server, "unreadable message on stdout: {why}");
+                match top_level_id(trimmed) {
+                    // Answer the call it was meant for at once, instead of letting it wait
+                    // out its timeout.
+                    Some(id) => Some(unreadable_answer(&id, &why)),
+                    None => {
+                        if let Ok(mut d) = diagnostics.lock() {
+                            d.unreadable.get_or_insert(why);
+                        }
+                        // Without an id nothing can be answered; the session cannot be
+                        // trusted any more, so it ends and every waiting call hears why.
+                        if total > line.len() {
+                            break;
+                        }
+                        None
+                    }
                 }
-                d.bad_stdout_lines += 1;
-                d.first_bad_stdout.get_or_insert(text);
             }
+            Verdict::Stray => {
+                let text = String::from_utf8_lossy(trimmed).into_owned();
+                if let Ok(mut d) = diagnostics.lock() {
+                    // Warn once; a chatty server would otherwise drown the terminal.
+                    if d.bad_stdout_lines == 0 {
+                        tracing::warn!(server = %server, "ignored non-JSON output on stdout: {}", clip(&text, 200));
+                    } else {
+                        tracing::debug!(server = %server, "ignored non-JSON output on stdout: {}", clip(&text, 200));
+                    }
+                    d.bad_stdout_lines += 1;
+                    d.first_bad_stdout.get_or_insert(text);
+                }
+                None
+            }
+        };
+        if let Some(message) = forwarded
+            && (json_writer.write_all(&message).await.is_err()
+                || json_writer.write_all(b"\n").await.is_err())
+        {
+            break;
         }
     }
     let _ = json_writer.shutdown().await;
+}
+
+/// What one stdout line is.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    /// A JSON-RPC message rmcp can read.
+    Message,
+    /// Meant as a message but unreadable, and why.
+    Unreadable(String),
+    /// Not JSON at all: a log line printed to the wrong stream.
+    Stray,
+}
+
+/// The fields of a JSON-RPC message we check before rmcp sees it; the rest is only
+/// validated as JSON, not kept.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: Option<std::borrow::Cow<'a, str>>,
+    id: Option<serde::de::IgnoredAny>,
+    method: Option<serde::de::IgnoredAny>,
+}
+
+/// serde_json (and so rmcp) refuses JSON nested deeper than this.
+const MAX_DEPTH: usize = 127;
+
+fn judge(line: &[u8]) -> Verdict {
+    if let Some(depth) = too_deep(line) {
+        return Verdict::Unreadable(format!(
+            "its message is nested more than {depth} levels deep"
+        ));
+    }
+    match line.first() {
+        // serde_json skips ignored strings without checking them; rmcp would then drop the
+        // whole message.
+        Some(b'{') if std::str::from_utf8(line).is_err() => {
+            Verdict::Unreadable("its message is not valid UTF-8".into())
+        }
+        Some(b'{') => match serde_json::from_slice::<Envelope<'_>>(line) {
+            Ok(envelope) if envelope.jsonrpc.as_deref() == Some("2.0") => Verdict::Message,
+            Ok(envelope) if envelope.id.is_none() && envelope.method.is_none() => {
+                // JSON, but not JSON-RPC: treat it as stray output like any other log line.
+                Verdict::Stray
+            }
+            Ok(_) => Verdict::Unreadable("its message lacks \"jsonrpc\": \"2.0\"".into()),
+            Err(error) => Verdict::Unreadable(format!("its message is not valid JSON ({error})")),
+        },
+        // A batch (2025-03-26); rmcp reads those itself.
+        Some(b'[') if serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok() => {
+            Verdict::Message
+        }
+        _ => Verdict::Stray,
+    }
+}
+
+/// The value of the top-level `"id"` of a JSON object, as JSON text, found by scanning the
+/// raw bytes (the line may be cut short, too deep or not UTF-8, so it cannot be parsed).
+fn top_level_id(line: &[u8]) -> Option<String> {
+    let mut depth = 0usize;
+    let mut at = 0;
+    while at < line.len() {
+        match line[at] {
+            b'"' => {
+                let end = string_end(line, at)?;
+                if depth == 1 && &line[at..=end] == b"\"id\"" {
+                    let rest = &line[end + 1..];
+                    let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+                    if rest[colon] != b':' {
+                        at = end + 1;
+                        continue;
+                    }
+                    let value = &rest[colon + 1..];
+                    let start = value.iter().position(|b| !b.is_ascii_whitespace())?;
+                    let value = &value[start..];
+                    let len = if value.first() == Some(&b'"') {
+                        string_end(value, 0)? + 1
+                    } else {
+                        value
+                            .iter()
+                            .position(|b| !(b.is_ascii_digit() || *b == b'-'))
+                            .unwrap_or(value.len())
+                    };
+                    let id = std::str::from_utf8(&value[..len]).ok()?;
+                    // Only ids JSON-RPC allows: a number or a string.
+                    return serde_json::from_str::<serde_json::Value>(id)
+                        .ok()
+                        .filter(|v| v.is_number() || v.is_string())
+                        .map(|v| v.to_string());
+                }
+                at = end + 1;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        at += 1;
+    }
+    None
+}
+
+/// `Some(MAX_DEPTH)` when brackets outside strings nest deeper than [`MAX_DEPTH`].
+fn too_deep(line: &[u8]) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in line {
+        if in_string {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Some(MAX_DEPTH);
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Index of the quote closing the string that opens at `start`.
+fn string_end(line: &[u8], start: usize) -> Option<usize> {
+    let mut at = start + 1;
+    while at < line.len() {
+        match line[at] {
+            b'\\' => at += 2,
+            b'"' => return Some(at),
+            _ => at += 1,
+        }
+    }
+    None
+}
+
+/// A JSON-RPC error for request `id` (JSON text), standing in for an unreadable answer.
+fn unreadable_answer(id: &str, why: &str) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32603,"message":{}}}}}"#,
+        serde_json::Value::from(format!("the server's answer could not be read: {why}"))
+    )
+    .into_bytes()
+}
+
+fn megabytes(bytes: usize) -> String {
+    if bytes >= 1024 * 1024 && bytes.is_multiple_of(1024 * 1024) {
+        format!("{} MiB", bytes / (1024 * 1024))
+    } else {
+        format!("{:.1} MB", bytes as f64 / 1e6)
+    }
+}
+
+/// Reads one line into `line`, keeping at most `cap` bytes of it and skipping the rest
+/// without buffering. Returns the line's whole length, or `None` at the end of input.
+async fn read_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    line: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<Option<usize>> {
+    let mut total = 0;
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok((total > 0).then_some(total));
+        }
+        let (taken, done) = match available.iter().position(|b| *b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (available.len(), false),
+        };
+        let room = cap.saturating_sub(line.len());
+        line.extend_from_slice(&available[..taken.min(room)]);
+        total += taken;
+        reader.consume(taken);
+        if done {
+            return Ok(Some(total));
+        }
+    }
 }
 
 async fn pump_stderr(
@@ -251,9 +544,9 @@ async fn pump_stderr(
     let mut line = Vec::with_capacity(256);
     loop {
         line.clear();
-        match reader.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
+        match read_line_capped(&mut reader, &mut line, MAX_STDERR_LINE_BYTES).await {
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => break,
         }
         let text = String::from_utf8_lossy(line.trim_ascii_end()).into_owned();
         if text.is_empty() {
@@ -266,5 +559,64 @@ async fn pump_stderr(
             }
             d.stderr_tail.push_back(text);
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_judged_before_rmcp_sees_them() {
+        assert_eq!(
+            judge(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+            Verdict::Message
+        );
+        assert_eq!(judge(b"Server starting..."), Verdict::Stray);
+        assert_eq!(judge(br#"{"level":"info","msg":"up"}"#), Verdict::Stray);
+        assert!(matches!(
+            judge(br#"{"id":1,"result":{}}"#),
+            Verdict::Unreadable(why) if why.contains("jsonrpc")
+        ));
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":7,"result":{}{}}}"#,
+            "[".repeat(1000),
+            "]".repeat(1000)
+        );
+        assert!(matches!(judge(deep.as_bytes()), Verdict::Unreadable(_)));
+        let bad_utf8 = b"{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"t\":\"\xff\xfe\"}}";
+        assert!(matches!(judge(bad_utf8), Verdict::Unreadable(_)));
+    }
+
+    #[test]
+    fn the_top_level_id_is_found_in_broken_lines() {
+        assert_eq!(
+            top_level_id(br#"{"jsonrpc":"2.0","id":42,"result":{"x"#).as_deref(),
+            Some("42")
+        );
+        assert_eq!(
+            top_level_id(br#"{"result":{"id":1,"s":""id":9"},"id" : "abc"}"#).as_deref(),
+            Some(r#""abc""#)
+        );
+        assert_eq!(top_level_id(br#"{"result":{"id":1}"#), None);
+        assert_eq!(top_level_id(br#"{"id":{"x":1}}"#), None);
+    }
+
+    #[tokio::test]
+    async fn a_long_line_is_cut_without_being_buffered() {
+        let input = [vec![b'x'; 10_000], b"\nnext\n".to_vec()].concat();
+        let mut reader = BufReader::with_capacity(64, &input[..]);
+        let mut line = Vec::new();
+        let total = read_line_capped(&mut reader, &mut line, 100).await.unwrap();
+        assert_eq!((total, line.len()), (Some(10_001), 100));
+        line.clear();
+        let total = read_line_capped(&mut reader, &mut line, 100).await.unwrap();
+        assert_eq!((total, line.as_slice()), (Some(5), &b"next\n"[..]));
+        line.clear();
+        assert_eq!(
+            read_line_capped(&mut reader, &mut line, 100).await.unwrap(),
+            None
+        );
     }
 }

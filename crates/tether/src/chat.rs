@@ -723,7 +723,10 @@ impl Chat<'_> {
                     })
                     .nth(n.saturating_sub(1));
                 match found {
-                    Some((name, content)) => eprintln!("{name}:\n{content}"),
+                    Some((name, content)) => eprintln!(
+                        "{}",
+                        crate::render::terminal_safe(&format!("{name}:\n{content}"))
+                    ),
                     None => return Err("no such tool result in this conversation".into()),
                 }
             }

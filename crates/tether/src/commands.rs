@@ -172,7 +172,7 @@ fn server_configs(global: &GlobalArgs) -> Result<Loaded, Failure> {
     let timeout = match global.timeout {
         Some(secs) => Some(
             tether_mcp::config::duration_from_seconds(secs)
-                .map_err(|why| Failure::usage(format!("--timeout {secs}: {why}")))?,
+                .map_err(|why| Failure::usage(format!("--timeout {secs:e}: {why}")))?,
         ),
         None => None,
     };

@@ -36,7 +36,8 @@ pub async fn ask(prompt: String) -> Option<String> {
     let _turn = TERMINAL.lock().await;
     tokio::task::spawn_blocking(move || {
         let mut stderr = std::io::stderr();
-        let _ = write!(stderr, "{prompt}");
+        // Prompts quote servers (elicitation messages, sampling requests, tool arguments).
+        let _ = write!(stderr, "{}", crate::render::terminal_safe(&prompt));
         let _ = stderr.flush();
         let mut line = String::new();
         match std::io::stdin().lock().read_line(&mut line) {
@@ -96,7 +97,7 @@ impl TerminalHost {
             }
             None => {
                 if let AgentEvent::Notice { message } = event {
-                    eprintln!("{message}");
+                    eprintln!("{}", crate::render::terminal_safe(&message));
                 }
             }
         }

@@ -285,6 +285,51 @@ fn init_logging(verbose: u8) {
         .init();
 }
 
+/// Which signals end Tether through [`stop_servers_on`].
+enum ExitSignals {
+    None,
+    Termination,
+    TerminationAndInterrupt,
+}
+
+/// On SIGTERM or SIGHUP (and Ctrl-C where the command has no use for it), kills every server
+/// Tether started, whole process trees, then exits as the signal would have: servers run in
+/// their own process groups, so nothing else would stop them.
+async fn stop_servers_on(signals: ExitSignals) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Registering a handler replaces the default action, so only where one is wanted.
+        if matches!(signals, ExitSignals::None) {
+            return;
+        }
+        let (mut term, mut hangup) = match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(term), Ok(hangup)) => (term, hangup),
+            _ => return,
+        };
+        let interrupt = async {
+            match signals {
+                ExitSignals::TerminationAndInterrupt => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+                _ => std::future::pending().await,
+            }
+        };
+        let code = tokio::select! {
+            _ = term.recv() => 143,
+            _ = hangup.recv() => 129,
+            () = interrupt => 130,
+        };
+        tether_mcp::kill_all_servers();
+        std::process::exit(code);
+    }
+    #[cfg(not(unix))]
+    let _ = signals;
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -325,6 +370,14 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
+    let signals = match &command {
+        // `serve` stops its servers itself on SIGTERM and Ctrl-C; the built-in server has none.
+        Command::Serve { .. } | Command::BuiltinServer => ExitSignals::None,
+        // These cancel the turn on Ctrl-C themselves.
+        Command::Run { .. } | Command::Chat { .. } => ExitSignals::Termination,
+        _ => ExitSignals::TerminationAndInterrupt,
+    };
+    runtime.spawn(stop_servers_on(signals));
     let outcome = runtime.block_on(commands::run(cli.global, command));
     // Children are killed on drop; don't wait for stray background tasks.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

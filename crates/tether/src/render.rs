@@ -2,6 +2,7 @@
 //! Binary content (images, audio, blobs) is saved to files and mentioned by path, so a
 //! terminal never receives raw base64.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 
 use base64::Engine;
@@ -11,7 +12,60 @@ use tether_protocol::{
     ResourceTemplate, Role, ToolResult,
 };
 
-/// Prints a value as pretty JSON on stdout.
+/// `println!` for text that holds anything a server or a model wrote.
+macro_rules! safe_println {
+    ($($arg:tt)*) => {
+        println!("{}", $crate::render::terminal_safe(&format!($($arg)*)))
+    };
+}
+
+/// `text` without what a terminal would act on instead of showing: escape sequences
+/// (screen clears, clipboard writes through OSC 52, hidden or recoloured text, titles) and
+/// other control characters but newline and tab. A server's description or result, or a
+/// model's answer repeating one, must not be able to drive the user's terminal.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    let is_control = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.contains(is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            match chars.next() {
+                // CSI: parameters, then one final byte in @..~.
+                Some('[') => {
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                // OSC, DCS, SOS, PM, APC: up to BEL or ESC \.
+                Some(']' | 'P' | 'X' | '^' | '_') => {
+                    while let Some(c) = chars.next() {
+                        if c == '\x07' {
+                            break;
+                        }
+                        if c == '\x1b' {
+                            chars.next_if_eq(&'\\');
+                            break;
+                        }
+                    }
+                }
+                // Two-byte sequences (ESC c resets the terminal).
+                _ => {}
+            }
+        } else if c == '\r' && chars.peek() == Some(&'\n') {
+            // A Windows line end is a line end; a lone return would overwrite the line.
+        } else if !is_control(c) {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Prints a value as pretty JSON on stdout (JSON escapes control characters itself).
 pub fn print_json(value: &Value) {
     println!(
         "{}",
@@ -74,7 +128,7 @@ pub fn servers(rows: &[Value]) {
             .zip(&widths)
             .map(|(c, w)| format!("{c:<w$}"))
             .collect();
-        println!("{}", line.join("  ").trim_end());
+        safe_println!("{}", line.join("  ").trim_end());
         if index == 0 {
             continue;
         }
@@ -88,10 +142,10 @@ pub fn servers(rows: &[Value]) {
                 (Some(Value::String(n)), _) => format!("{n}, "),
                 _ => String::new(),
             };
-            println!("    {who}capabilities: {}", names.join(", "));
+            safe_println!("    {who}capabilities: {}", names.join(", "));
         }
         if let Some(Value::String(error)) = row.get("error") {
-            println!("    error: {error}");
+            safe_println!("    error: {error}");
         }
     }
 }
@@ -117,23 +171,23 @@ fn hints(tool: &QualifiedTool) -> Vec<&'static str> {
 /// The `tools` listing.
 pub fn tools(tools: &[QualifiedTool], schema: bool, any_connected: bool) {
     if tools.is_empty() && any_connected {
-        println!("(no tools)");
+        safe_println!("(no tools)");
     }
     for tool in tools {
         let title = tool.tool.display_title();
         if title != tool.tool.name {
-            println!("{}  ({title})", tool.qualified_name);
+            safe_println!("{}  ({title})", tool.qualified_name);
         } else {
-            println!("{}", tool.qualified_name);
+            safe_println!("{}", tool.qualified_name);
         }
         if let Some(description) = &tool.tool.description {
             for line in description.trim().lines() {
-                println!("    {line}");
+                safe_println!("    {line}");
             }
         }
         let hints = hints(tool);
         if !hints.is_empty() {
-            println!("    hints: {}", hints.join(", "));
+            safe_println!("    hints: {}", hints.join(", "));
         }
         if schema {
             print_indented("input schema", &tool.tool.input_schema);
@@ -145,10 +199,10 @@ pub fn tools(tools: &[QualifiedTool], schema: bool, any_connected: bool) {
 }
 
 fn print_indented(label: &str, value: &Value) {
-    println!("    {label}:");
+    safe_println!("    {label}:");
     let text = serde_json::to_string_pretty(value).unwrap_or_default();
     for line in text.lines() {
-        println!("      {line}");
+        safe_println!("      {line}");
     }
 }
 
@@ -172,8 +226,9 @@ fn save_binary(
             other => other,
         })
         .unwrap_or("bin");
-    let dir = std::env::temp_dir().join("tether");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let dir = saved_files_dir();
+    tether_mcp::private_files::private_dir(&dir)
+        .map_err(|e| format!("cannot use {}: {e}", dir.display()))?;
     let safe: String = stem
         .chars()
         .map(|c| {
@@ -184,9 +239,21 @@ fn save_binary(
             }
         })
         .collect();
-    let path = dir.join(format!("{safe}.{extension}"));
-    std::fs::write(&path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    // A unique, exclusively created name: a shared temporary directory may hold a symlink
+    // planted where a predictable name would go.
+    let (mut file, path) = tether_mcp::private_files::create_unique(&dir, &safe, extension)
+        .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))?;
+    std::io::Write::write_all(&mut file, &bytes)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok((path, bytes.len()))
+}
+
+/// Where images and audio from tools are saved: a directory of the user's own under the
+/// system's temporary directory.
+fn saved_files_dir() -> std::path::PathBuf {
+    let user = std::env::var("USER").unwrap_or_default();
+    let safe: String = user.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    std::env::temp_dir().join(format!("tether-{safe}"))
 }
 
 fn binary_note(kind: &str, stem: &str, mime_type: Option<&str>, data: &str) -> String {
@@ -203,11 +270,11 @@ fn print_contents(stem: &str, contents: &ResourceContents) {
         .as_deref()
         .map(|m| format!(" ({m})"))
         .unwrap_or_default();
-    println!("[resource {}{mime}]", contents.uri);
+    safe_println!("[resource {}{mime}]", contents.uri);
     if let Some(text) = &contents.text {
-        println!("{}", text.trim_end());
+        safe_println!("{}", text.trim_end());
     } else if let Some(blob) = &contents.blob {
-        println!(
+        safe_println!(
             "{}",
             binary_note("blob", stem, contents.mime_type.as_deref(), blob)
         );
@@ -216,12 +283,12 @@ fn print_contents(stem: &str, contents: &ResourceContents) {
 
 fn print_block(stem: &str, block: &ContentBlock) {
     match block {
-        ContentBlock::Text { text } => println!("{}", text.trim_end()),
+        ContentBlock::Text { text } => safe_println!("{}", text.trim_end()),
         ContentBlock::Image { data, mime_type } => {
-            println!("{}", binary_note("image", stem, Some(mime_type), data))
+            safe_println!("{}", binary_note("image", stem, Some(mime_type), data))
         }
         ContentBlock::Audio { data, mime_type } => {
-            println!("{}", binary_note("audio", stem, Some(mime_type), data))
+            safe_println!("{}", binary_note("audio", stem, Some(mime_type), data))
         }
         ContentBlock::ResourceLink(link) => print_link(link),
         ContentBlock::Resource { resource } => print_contents(stem, resource),
@@ -236,9 +303,9 @@ fn print_link(link: &Resource) {
     if let Some(mime) = &link.mime_type {
         line.push_str(&format!(" ({mime})"));
     }
-    println!("{line}");
+    safe_println!("{line}");
     if let Some(description) = &link.description {
-        println!("    {description}");
+        safe_println!("    {description}");
     }
 }
 
@@ -248,10 +315,10 @@ pub fn tool_result(server: &str, tool: &str, result: &ToolResult) {
         print_block(&format!("{server}-{tool}-{}", index + 1), block);
     }
     if let Some(structured) = &result.structured_content {
-        println!("structuredContent:");
+        safe_println!("structuredContent:");
         let text = serde_json::to_string_pretty(structured).unwrap_or_default();
         for line in text.lines() {
-            println!("  {line}");
+            safe_println!("  {line}");
         }
     }
 }
@@ -259,7 +326,7 @@ pub fn tool_result(server: &str, tool: &str, result: &ToolResult) {
 /// The `resources` listing.
 pub fn resources(servers: &[(String, Vec<Resource>, Vec<ResourceTemplate>)]) {
     for (server, resources, templates) in servers {
-        println!(
+        safe_println!(
             "{server}: {} resources, {} templates",
             resources.len(),
             templates.len()
@@ -270,7 +337,7 @@ pub fn resources(servers: &[(String, Vec<Resource>, Vec<ResourceTemplate>)]) {
                 .as_deref()
                 .map(|m| format!(" ({m})"))
                 .unwrap_or_default();
-            println!("  {}  {}{mime}", resource.uri, resource.name);
+            safe_println!("  {}  {}{mime}", resource.uri, resource.name);
         }
         for template in templates {
             let mime = template
@@ -278,9 +345,10 @@ pub fn resources(servers: &[(String, Vec<Resource>, Vec<ResourceTemplate>)]) {
                 .as_deref()
                 .map(|m| format!(" ({m})"))
                 .unwrap_or_default();
-            println!(
+            safe_println!(
                 "  {}  {} [template]{mime}",
-                template.uri_template, template.name
+                template.uri_template,
+                template.name
             );
         }
     }
@@ -296,7 +364,7 @@ pub fn resource_contents(server: &str, contents: &[ResourceContents]) {
 /// The `prompts` listing.
 pub fn prompts(servers: &[(String, Vec<Prompt>)]) {
     for (server, prompts) in servers {
-        println!("{server}: {} prompts", prompts.len());
+        safe_println!("{server}: {} prompts", prompts.len());
         for prompt in prompts {
             let args: Vec<String> = prompt
                 .arguments
@@ -314,26 +382,26 @@ pub fn prompts(servers: &[(String, Vec<Prompt>)]) {
             } else {
                 format!(" [{}]", args.join(" "))
             };
-            println!("  {}{args}", prompt.name);
+            safe_println!("  {}{args}", prompt.name);
             if let Some(description) = &prompt.description {
-                println!("      {description}");
+                safe_println!("      {description}");
             }
         }
     }
-    println!("(* = required argument)");
+    safe_println!("(* = required argument)");
 }
 
 /// An expanded prompt: one block per message with its role.
 pub fn prompt_result(server: &str, result: &PromptResult) {
     if let Some(description) = &result.description {
-        println!("# {description}");
+        safe_println!("# {description}");
     }
     for (index, message) in result.messages.iter().enumerate() {
         let role = match message.role {
             Role::User => "user",
             Role::Assistant => "assistant",
         };
-        println!("[{role}]");
+        safe_println!("[{role}]");
         print_block(&format!("{server}-prompt-{}", index + 1), &message.content);
     }
 }
@@ -364,6 +432,7 @@ impl ProgressBar {
             progress.total,
             progress.message.as_deref(),
         );
+        let line = terminal_safe(&line);
         if self.live {
             eprint!("\r\x1b[2K{line}");
         } else {
@@ -408,6 +477,21 @@ pub fn progress_line(
             )
         }
         _ => format!("{label} {progress}{message}"),
+    }
+}
+
+#[cfg(test)]
+mod terminal_safe_tests {
+    use super::terminal_safe;
+
+    #[test]
+    fn escape_sequences_and_controls_are_removed_text_kept() {
+        let nasty = "\x1b[2J\x1b]52;c;cm0gLXJmIH4K\x07visible\x1b[8mhidden\x1b[0m\r\nnext\tcol\x1b]0;title\x1b\\ end\rover\x07\u{9b}";
+        assert_eq!(terminal_safe(nasty), "visiblehidden\nnext\tcol endover");
+        assert!(matches!(
+            terminal_safe("plain ünïcode\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 }
 

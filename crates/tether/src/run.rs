@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Failure;
 use crate::host::{TerminalHost, ask};
-use crate::render::ProgressBar;
+use crate::render::{ProgressBar, terminal_safe};
 use crate::session::{Record, SessionLog};
 
 /// Flags of `run` and `chat`.
@@ -583,6 +583,8 @@ impl EventView {
         }
         match event {
             AgentEvent::TextDelta { text } => {
+                // A model can repeat what a tool returned, escape sequences included.
+                let text = terminal_safe(&text).into_owned();
                 let shown = match &mut self.markdown {
                     Some(md) => md.push(&text),
                     None => text,
@@ -594,7 +596,11 @@ impl EventView {
                 name, arguments, ..
             } => {
                 self.flush_markdown();
-                eprintln!("→ {name} {}", clip(&arguments.to_string(), 200));
+                eprintln!(
+                    "→ {} {}",
+                    terminal_safe(&name),
+                    clip(&arguments.to_string(), 200)
+                );
             }
             AgentEvent::ToolProgress {
                 id,
@@ -625,6 +631,7 @@ impl EventView {
                 let mark = if is_error { "✗" } else { "←" };
                 let first = result.lines().next().unwrap_or_default();
                 let line = format!("{mark} {name} ({duration_ms} ms): {}", clip(first, 200));
+                let line = terminal_safe(&line);
                 if is_error && self.markdown.as_ref().is_some_and(|m| m.colored()) {
                     eprintln!("\x1b[31m{line}\x1b[0m");
                 } else {
@@ -640,12 +647,13 @@ impl EventView {
                 query,
             } => {
                 self.flush_markdown();
-                match query {
-                    Some(query) => eprintln!("+ search \"{query}\" loaded {}", names.join(", ")),
-                    None => eprintln!("+ {reason} {}", names.join(", ")),
-                }
+                let line = match query {
+                    Some(query) => format!("+ search \"{query}\" loaded {}", names.join(", ")),
+                    None => format!("+ {reason} {}", names.join(", ")),
+                };
+                eprintln!("{}", terminal_safe(&line));
             }
-            AgentEvent::Notice { message } => eprintln!("note: {message}"),
+            AgentEvent::Notice { message } => eprintln!("note: {}", terminal_safe(&message)),
         }
     }
 }

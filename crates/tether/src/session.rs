@@ -72,7 +72,8 @@ pub struct SessionLog {
 impl SessionLog {
     /// Starts a new session file.
     pub fn create(dir: &Path, model: &str) -> std::io::Result<SessionLog> {
-        std::fs::create_dir_all(dir)?;
+        // Conversations hold what tools read (files, keys a model was shown): the user's alone.
+        tether_mcp::private_files::private_dir(dir)?;
         let now = chrono::Local::now();
         let id = format!(
             "{}-{:04x}",
@@ -80,10 +81,7 @@ impl SessionLog {
             std::process::id() & 0xffff
         );
         let path = dir.join(format!("{id}.jsonl"));
-        let file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(&path)?;
+        let file = tether_mcp::private_files::create_new(&path)?;
         let mut log = SessionLog { id, path, file };
         log.append(&Record::Session {
             id: log.id.clone(),

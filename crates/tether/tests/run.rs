@@ -16,7 +16,6 @@ struct Run {
     code: i32,
     stdout: String,
     stderr: String,
-    elapsed: Duration,
 }
 
 impl Run {
@@ -39,7 +38,6 @@ impl Run {
 fn tether(args: &[&str]) -> Run {
     let dir = std::env::temp_dir().join(format!("tether-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let started = Instant::now();
     let output = Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(args)
         .current_dir(&dir)
@@ -53,7 +51,6 @@ fn tether(args: &[&str]) -> Run {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        elapsed: started.elapsed(),
     }
 }
 

@@ -1,0 +1,392 @@
+//! Hostile and broken servers and a hostile model answer, against the real binary: each case
+//! is one way a server (or what it returns) can try to hurt the user, and asserts the clear
+//! error or the refusal that stops it. The cases come from a hostile-server probe; SECURITY.md
+//! lists them with what Tether does about each.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use test_support::model::{Recorded, Reply, ScriptedModel, Wire};
+use test_support::{fixture, misbehaving_stdio};
+
+fn workdir(test: &str) -> PathBuf {
+    test_support::scratch_dir("hostile", test)
+}
+
+/// `tether ARGS` in `dir`, with the user's config, data and temporary directories all
+/// inside `dir`, so nothing of the real user's is read or written.
+fn tether_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env("TETHER_DATA_DIR", dir.join("data"))
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .env("TMPDIR", dir.join("tmp"))
+        .env_remove("RUST_LOG")
+        .env_remove("TETHER_MODEL")
+        .stdin(Stdio::null())
+        .output()
+        .expect("tether runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// What the model was told for call `id` in `request`.
+fn tool_reply(request: &Recorded, id: &str) -> String {
+    request.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == id)
+        .unwrap_or_else(|| panic!("no tool message for {id}: {}", request.body))["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn scripted_run(
+    dir: &Path,
+    model: &ScriptedModel,
+    global: &[&str],
+    run: &[&str],
+    question: &str,
+) -> Output {
+    let base = model.base_url();
+    let mut args = global.to_vec();
+    args.extend(["run", "--model", "openai:scripted", "--base-url", &base]);
+    args.extend(run);
+    args.push(question);
+    tether_in(dir, &args)
+}
+
+#[test]
+fn unreadable_answers_fail_the_call_at_once_with_the_cause() {
+    let dir = workdir("unreadable");
+    for (mode, cause) in [
+        ("huge-result", "over the 16 MiB a message may have"),
+        ("bad-utf8", "not valid UTF-8"),
+        ("no-jsonrpc", "lacks \"jsonrpc\": \"2.0\""),
+        ("deep", "nested more than 127 levels deep"),
+    ] {
+        // A timeout far beyond the test's patience: the error must come from the answer,
+        // not from waiting it out (the message would then say "timed out").
+        let output = tether_in(
+            &dir,
+            &[
+                "--timeout",
+                "600",
+                "call",
+                "misbehaving_server",
+                "boom",
+                "--stdio",
+                &misbehaving_stdio(mode),
+            ],
+        );
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{mode}: {stderr}");
+        assert!(
+            stderr.contains("tool \"boom\" failed: the server's answer could not be read")
+                && stderr.contains(cause),
+            "{mode}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn saved_images_never_follow_a_planted_symlink() {
+    let dir = workdir("images");
+    let tmp = dir.join("tmp");
+    let victim = dir.join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("precious"), "keep me").unwrap();
+    // Where the old predictable names went, and where the private directory goes now.
+    std::fs::create_dir_all(tmp.join("tether")).unwrap();
+    for index in 1..=4 {
+        std::os::unix::fs::symlink(
+            victim.join("precious"),
+            tmp.join(format!("tether/everything-get-tiny-image-{index}.png")),
+        )
+        .unwrap();
+    }
+    let user = std::env::var("USER").unwrap_or_default();
+    let user: String = user.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    let private = tmp.join(format!("tether-{user}"));
+    std::os::unix::fs::symlink(&victim, &private).unwrap();
+    let everything = test_support::everything_stdio();
+    let call = |dir: &Path| {
+        tether_in(
+            dir,
+            &[
+                "call",
+                "everything",
+                "get-tiny-image",
+                "--stdio",
+                &everything,
+            ],
+        )
+    };
+    let output = call(&dir);
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("not saved"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(victim.join("precious")).unwrap(),
+        "keep me"
+    );
+    assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 1);
+
+    // Without the trap: a private directory, a private file, a new name each time.
+    std::fs::remove_file(&private).unwrap();
+    let saved = |output: &Output| {
+        let stdout = text(&output.stdout);
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("[image image/png"))
+            .unwrap_or_else(|| panic!("{stdout}"))
+            .to_string();
+        PathBuf::from(
+            line.split("saved to ")
+                .nth(1)
+                .unwrap()
+                .trim_end_matches(']'),
+        )
+    };
+    let first = saved(&call(&dir));
+    let second = saved(&call(&dir));
+    assert_ne!(first, second);
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&private).unwrap().mode() & 0o777, 0o700);
+    assert_eq!(std::fs::metadata(&first).unwrap().mode() & 0o777, 0o600);
+    assert!(first.starts_with(&private), "{}", first.display());
+}
+
+#[test]
+fn the_builtin_tools_refuse_secrets_and_ask_outside_a_project() {
+    // Started from the home directory with no servers: the built-in tools are offered.
+    let home = workdir("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_rsa"), "-----BEGIN KEY-----").unwrap();
+    std::fs::write(home.join("notes.txt"), "shopping list").unwrap();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::calls(&[
+                ("c1", "builtin__read_file", r#"{"path": ".ssh/id_rsa"}"#),
+                ("c2", "builtin__read_file", r#"{"path": "notes.txt"}"#),
+            ]),
+            Reply::text("done"),
+        ],
+    );
+    let base = model.base_url();
+    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "run",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+            "read my key",
+        ])
+        .current_dir(&home)
+        .env("HOME", &home)
+        .env("TETHER_DATA_DIR", home.join("data"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let requests = model.requests();
+    let key = tool_reply(&requests[1], "c1");
+    assert!(
+        key.contains("never read keys or credentials") && !key.contains("BEGIN"),
+        "{key}"
+    );
+    let notes = tool_reply(&requests[1], "c2");
+    assert!(
+        notes.contains("not a project directory") && !notes.contains("shopping"),
+        "{notes}"
+    );
+}
+
+#[test]
+fn a_read_only_claim_does_not_run_a_tool_under_approve_never() {
+    let dir = workdir("liar");
+    let marker = dir.join("it-ran");
+    let config = dir.join("tether.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"liar": {
+            "command": "python3",
+            "args": [fixture("misbehaving_server.py"), "liar"],
+            "env": {"MARKER": marker},
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "liar__delete_everything", "{}"),
+            Reply::text("ok"),
+        ],
+    );
+    let output = scripted_run(
+        &dir,
+        &model,
+        &["--config", config.to_str().unwrap()],
+        &["--approve", "never"],
+        "clean up",
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(!marker.exists(), "the tool ran under --approve never");
+    let told = tool_reply(&model.requests()[1], "c1");
+    assert!(
+        told.contains("its own claim") && told.contains("trustHints"),
+        "{told}"
+    );
+}
+
+#[test]
+fn escape_sequences_from_a_server_never_reach_the_terminal() {
+    let dir = workdir("escapes");
+    let server = misbehaving_stdio("escapes");
+    for args in [
+        vec!["tools", "--stdio", server.as_str()],
+        vec![
+            "call",
+            "misbehaving_server",
+            "boom",
+            "--stdio",
+            server.as_str(),
+        ],
+    ] {
+        let output = tether_in(&dir, &args);
+        let stdout = text(&output.stdout);
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+        assert!(stdout.contains("visible"), "{stdout:?}");
+        assert!(
+            !stdout.contains('\x1b') && !stdout.contains('\x07'),
+            "{stdout:?}"
+        );
+    }
+}
+
+#[test]
+fn absurd_timeouts_are_usage_errors() {
+    let dir = workdir("timeouts");
+    let output = tether_in(&dir, &["--timeout", "1e30", "tools", "--stdio", "true"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--timeout 1e30") && stderr.contains("too long"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+fn alive(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // A zombie is dead, only not yet reaped by whoever adopted it.
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn a_signal_to_tether_takes_every_server_process_with_it() {
+    for (signal, code) in [("-TERM", 143), ("-INT", 130), ("-HUP", 129)] {
+        let dir = workdir(&format!("orphans{signal}"));
+        let pidfile = dir.join("grandchild.pid");
+        // A wrapper that leaves a grandchild behind, as `npx` and shell scripts do.
+        let server = format!(
+            "wrapped=sh -c \"sleep 300 & echo \\$! > {}; exec {}\"",
+            pidfile.display(),
+            misbehaving_stdio("hang-on-call")
+        );
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["call", "wrapped", "boom", "--stdio", &server])
+            .current_dir(&dir)
+            .env("TETHER_DATA_DIR", dir.join("data"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let grandchild = loop {
+            match std::fs::read_to_string(&pidfile) {
+                Ok(pid) if !pid.trim().is_empty() => break pid.trim().to_string(),
+                _ => {}
+            }
+            assert!(Instant::now() < deadline, "the server never started");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(alive(&grandchild));
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(child.wait().unwrap().code(), Some(code), "{signal}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while alive(&grandchild) {
+            assert!(
+                Instant::now() < deadline,
+                "{signal}: the server's child {grandchild} outlived tether"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn session_files_are_private() {
+    let dir = workdir("sessions");
+    let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("hi")]);
+    let base = model.base_url();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["chat", "--model", "openai:scripted", "--base-url", &base])
+        .current_dir(&dir)
+        .env("TETHER_DATA_DIR", dir.join("data"))
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        text(&output.stdout).contains("hi"),
+        "{}",
+        text(&output.stderr)
+    );
+    use std::os::unix::fs::MetadataExt;
+    let sessions = dir.join("data/sessions");
+    assert_eq!(std::fs::metadata(&sessions).unwrap().mode() & 0o777, 0o700);
+    let files: Vec<_> = std::fs::read_dir(&sessions)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(std::fs::metadata(&files[0]).unwrap().mode() & 0o777, 0o600);
+    let _: Vec<Value> = std::fs::read_to_string(&files[0])
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+}
