@@ -30,8 +30,12 @@ impl Terminal {
         for (key, value) in env {
             tmux.args(["-e", &format!("{key}={value}")]);
         }
-        // Keep the pane after the command exits so its last screen can still be read.
-        let wrapped = format!("{command}; echo \"[exit $?]\"; sleep 600");
+        // Keep the pane after the command exits so its last screen can still be read. The
+        // trap keeps the pane's shell alive when a test presses Ctrl-C: without one, a
+        // non-interactive sh dies of the SIGINT meant for the program, the pane closes and
+        // the screen reads empty. A trap (not an ignore) is reset on exec, so the program
+        // still gets Ctrl-C.
+        let wrapped = format!("trap 'true' INT; {command}; echo \"[exit $?]\"; sleep 600");
         let status = tmux.arg(wrapped).status().expect("tmux is installed");
         assert!(status.success(), "tmux new-session failed");
         Terminal { name }
