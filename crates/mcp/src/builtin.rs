@@ -20,13 +20,19 @@ const MAX_FILE_BYTES: u64 = 100_000;
 /// The built-in tools, confined to `root` for file access.
 #[derive(Debug, Clone)]
 pub struct BuiltinServer {
+    /// Resolved once (symlinks and all), so each call compares against the real directory.
     root: PathBuf,
+    /// Whether `root` is a project directory; outside one, every read asks first.
+    in_project: bool,
 }
 
 impl BuiltinServer {
     /// A server whose file tools see only `root` and below.
     pub fn new(root: PathBuf) -> BuiltinServer {
-        BuiltinServer { root }
+        let root = root.canonicalize().unwrap_or(root);
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let in_project = is_project_dir(&root, home.as_deref());
+        BuiltinServer { root, in_project }
     }
 
     /// Serves MCP on stdin/stdout until the client goes away.
@@ -149,11 +155,7 @@ impl BuiltinServer {
         let canonical = full
             .canonicalize()
             .map_err(|e| format!("cannot open \"{path}\": {e}"))?;
-        let root = self
-            .root
-            .canonicalize()
-            .map_err(|e| format!("cannot resolve the working directory: {e}"))?;
-        if !canonical.starts_with(&root) {
+        if !canonical.starts_with(&self.root) {
             return Err(format!("\"{path}\" leads outside the current directory"));
         }
         Ok(canonical)
@@ -164,9 +166,7 @@ impl BuiltinServer {
     /// and what was opened is checked again: a symlink swapped in between cannot lead out.
     fn read_file(&self, path: &str) -> Result<String, String> {
         use std::io::Read;
-        if let Some(kind) = secret_kind(Path::new(path)) {
-            return Err(secret_refusal(path, kind));
-        }
+        // Checked where the file really is; `call_tool` has refused the given name already.
         let full = self.confined(path)?;
         if let Some(kind) = secret_kind(&full) {
             return Err(secret_refusal(path, kind));
@@ -207,13 +207,9 @@ impl BuiltinServer {
         #[cfg(target_os = "linux")]
         {
             use std::os::fd::AsRawFd;
-            let root = self
-                .root
-                .canonicalize()
-                .map_err(|e| format!("cannot resolve the working directory: {e}"))?;
             let opened = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
                 .map_err(|e| format!("cannot check \"{path}\": {e}"))?;
-            if !opened.starts_with(&root) {
+            if !opened.starts_with(&self.root) {
                 return Err(escaped());
             }
         }
@@ -394,8 +390,7 @@ impl McpService for BuiltinServer {
             // Not worth asking about: refused wherever Tether runs.
             return Ok(text_result(secret_refusal(path, kind), true));
         }
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        if reads_files && !is_project_dir(&self.root, home.as_deref()) {
+        if reads_files && !self.in_project {
             // Started from the home directory (or above it), every file of the user is in
             // reach: ask the user, through the client, before each read.
             let question = ElicitationRequest::Form {

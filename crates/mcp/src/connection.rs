@@ -396,9 +396,10 @@ impl ServerConnection {
             params = params.with_arguments(arguments);
         }
         let operation = format!("tool \"{tool}\"");
-        let result = self
-            .request(&operation, self.call_with_progress(params, progress))
-            .await?;
+        // Not through `request`: the call keeps its own deadline, so that when it passes the
+        // server is told why, instead of a second timer dropping the call first.
+        let outcome = self.call_with_progress(params, progress).await;
+        let result = self.outcome(&operation, outcome).await?;
         self.convert(&operation, result)
     }
 
@@ -431,7 +432,13 @@ impl ServerConnection {
             meta.set_log_level(level);
             options = options.with_meta(meta);
         }
-        let handle = peer.send_request_with_option(request, options).await?;
+        let deadline = tokio::time::Instant::now() + self.config.timeout;
+        let timed_out = || ServiceError::Timeout {
+            timeout: self.config.timeout,
+        };
+        let sent =
+            tokio::time::timeout_at(deadline, peer.send_request_with_option(request, options));
+        let handle = sent.await.map_err(|_| timed_out())??;
         let mut guard = InFlight {
             peer: peer.clone(),
             id: Some(handle.id.clone()),
@@ -443,19 +450,12 @@ impl ServerConnection {
         if let (Some(sender), Ok(mut routes)) = (progress, self.progress.lock()) {
             routes.insert(guard.token.clone(), ProgressRoute { sender, last: None });
         }
-        // Timed here as well as in `request`, so the server is told the real reason.
-        let result = match tokio::time::timeout(self.config.timeout, handle.await_response()).await
-        {
-            Ok(result) => result,
-            Err(_) => {
-                guard.reason = format!(
-                    "timed out after {} (the client's limit)",
-                    crate::error::fmt_duration(self.config.timeout)
-                );
-                return Err(ServiceError::Timeout {
-                    timeout: self.config.timeout,
-                });
-            }
+        let Ok(result) = tokio::time::timeout_at(deadline, handle.await_response()).await else {
+            guard.reason = format!(
+                "timed out after {} (the client's limit)",
+                crate::error::fmt_duration(self.config.timeout)
+            );
+            return Err(timed_out());
         };
         guard.id = None;
         // Serialising rmcp's own types cannot fail (string keys only); `Null` would then
@@ -468,7 +468,8 @@ impl ServerConnection {
             // A modern server needs input first: rmcp's helper runs the rounds through our
             // handler and re-issues the call, which MRTR makes safe (the server is stateless).
             ServerResult::InputRequiredResult(_) => {
-                Ok(to_value(&self.client.call_tool(params).await?))
+                let rounds = tokio::time::timeout_at(deadline, self.client.call_tool(params));
+                Ok(to_value(&rounds.await.map_err(|_| timed_out())??))
             }
             other => Ok(to_value(&other)),
         }
@@ -671,26 +672,40 @@ impl ServerConnection {
         operation: &str,
         future: impl Future<Output = Result<T, ServiceError>>,
     ) -> Result<T, McpError> {
+        let outcome = tokio::time::timeout(self.config.timeout, future)
+            .await
+            .unwrap_or(Err(ServiceError::Timeout {
+                timeout: self.config.timeout,
+            }));
+        self.outcome(operation, outcome).await
+    }
+
+    /// Turns a request's outcome into [`McpError`], naming the server and the operation.
+    async fn outcome<T>(
+        &self,
+        operation: &str,
+        outcome: Result<T, ServiceError>,
+    ) -> Result<T, McpError> {
         let server = self.config.name.clone();
-        match tokio::time::timeout(self.config.timeout, future).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(ServiceError::McpError(error))) => Err(McpError::Rpc {
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(ServiceError::McpError(error)) => Err(McpError::Rpc {
                 server,
                 operation: operation.to_string(),
                 code: error.code.0,
                 message: error.message.to_string(),
             }),
-            Ok(Err(ServiceError::Timeout { .. })) | Err(_) => Err(McpError::Timeout {
+            Err(ServiceError::Timeout { .. }) => Err(McpError::Timeout {
                 server,
                 operation: operation.to_string(),
                 after: self.config.timeout,
                 hint: self.process.as_ref().and_then(StdioProcess::hint),
             }),
-            Ok(Err(error)) if auth_challenge(&error).is_some() => Err(McpError::SignInRequired {
+            Err(error) if auth_challenge(&error).is_some() => Err(McpError::SignInRequired {
                 server,
                 challenge: auth_challenge(&error),
             }),
-            Ok(Err(error)) => {
+            Err(error) => {
                 let detail = match &self.process {
                     Some(process)
                         if matches!(

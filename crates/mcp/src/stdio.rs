@@ -57,15 +57,11 @@ impl ProcessGroup {
         }
         ProcessGroup(pid)
     }
-
-    fn kill(&self) {
-        kill_group(self.0);
-    }
 }
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
-        self.kill();
+        kill_group(self.0);
         if let Ok(mut live) = LIVE_GROUPS.lock() {
             live.retain(|pid| *pid != self.0);
         }
@@ -185,14 +181,12 @@ impl StdioProcess {
                 status = child.wait() => status,
                 // Fires on an explicit kill and when the handle is dropped.
                 _ = kill_rx => {
-                    if let Some(group) = &group {
-                        group.kill();
-                    }
                     let _ = child.start_kill();
                     child.wait().await
                 }
             };
-            // The leader is gone; what it left running in its group goes with it.
+            // The leader is gone (exited or killed); what it left running in its group goes
+            // with it.
             drop(group);
             let text = match status {
                 Ok(s) => match s.code() {
@@ -374,31 +368,36 @@ struct Envelope<'a> {
 const MAX_DEPTH: usize = 127;
 
 fn judge(line: &[u8]) -> Verdict {
+    let object = match line.first() {
+        Some(b'{') => true,
+        Some(b'[') => false,
+        _ => return Verdict::Stray,
+    };
     if let Some(depth) = too_deep(line) {
         return Verdict::Unreadable(format!(
             "its message is nested more than {depth} levels deep"
         ));
     }
-    match line.first() {
-        // serde_json skips ignored strings without checking them; rmcp would then drop the
-        // whole message.
-        Some(b'{') if std::str::from_utf8(line).is_err() => {
-            Verdict::Unreadable("its message is not valid UTF-8".into())
-        }
-        Some(b'{') => match serde_json::from_slice::<Envelope<'_>>(line) {
-            Ok(envelope) if envelope.jsonrpc.as_deref() == Some("2.0") => Verdict::Message,
-            Ok(envelope) if envelope.id.is_none() && envelope.method.is_none() => {
-                // JSON, but not JSON-RPC: treat it as stray output like any other log line.
-                Verdict::Stray
-            }
-            Ok(_) => Verdict::Unreadable("its message lacks \"jsonrpc\": \"2.0\"".into()),
-            Err(error) => Verdict::Unreadable(format!("its message is not valid JSON ({error})")),
-        },
+    if !object {
         // A batch (2025-03-26); rmcp reads those itself.
-        Some(b'[') if serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok() => {
-            Verdict::Message
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+            Ok(_) => Verdict::Message,
+            Err(_) => Verdict::Stray,
+        };
+    }
+    // Validated once here and parsed as text: serde_json skips ignored strings without
+    // checking them, and rmcp would then drop the whole message.
+    let Ok(text) = std::str::from_utf8(line) else {
+        return Verdict::Unreadable("its message is not valid UTF-8".into());
+    };
+    match serde_json::from_str::<Envelope<'_>>(text) {
+        Ok(envelope) if envelope.jsonrpc.as_deref() == Some("2.0") => Verdict::Message,
+        Ok(envelope) if envelope.id.is_none() && envelope.method.is_none() => {
+            // JSON, but not JSON-RPC: treat it as stray output like any other log line.
+            Verdict::Stray
         }
-        _ => Verdict::Stray,
+        Ok(_) => Verdict::Unreadable("its message lacks \"jsonrpc\": \"2.0\"".into()),
+        Err(error) => Verdict::Unreadable(format!("its message is not valid JSON ({error})")),
     }
 }
 
