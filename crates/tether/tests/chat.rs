@@ -57,6 +57,14 @@ fn env(dir: &Path) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// Waits for the first prompt and for server-everything's log of the roots it fetched at
+/// start: that line comes when the server gets round to it, and must not land on a later
+/// prompt line where a test waits for an empty prompt.
+fn wait_until_ready(terminal: &Terminal) {
+    terminal.wait_for("you> ");
+    terminal.wait_for("Roots updated:");
+}
+
 fn start(dir: &Path, command: &str) -> Terminal {
     let env = env(dir);
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -80,7 +88,7 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
         ],
     );
     let terminal = start(&dir, &chat_command(&dir, &model, ""));
-    terminal.wait_for("you> ");
+    wait_until_ready(&terminal);
 
     // A typo suggests the closest command; /tools filters.
     terminal.type_text("/tols");
@@ -132,7 +140,7 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
     // The next run remembers the history.
     let model = ScriptedModel::start(Wire::OpenAi, vec![]);
     let terminal = start(&dir, &chat_command(&dir, &model, ""));
-    terminal.wait_for("you> ");
+    wait_until_ready(&terminal);
     terminal.press(&["Up"]);
     terminal.wait_for("you> run it longer");
     terminal.press(&["C-u", "C-d"]);
@@ -287,7 +295,7 @@ fn markdown_answers_render_in_the_terminal_and_input_spans_lines_and_completes()
     let answer = "# Plan\n\nFirst **read** the `config`, then see [the docs](https://example.com/docs).\n\n- one\n- two\n\n```rust\nfn main() {\n    let x = \"hi\"; // greet\n}\n```\nDone.";
     let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text(answer)]);
     let terminal = start(&dir, &chat_command(&dir, &model, ""));
-    terminal.wait_for("you> ");
+    wait_until_ready(&terminal);
     // Tab completes a slash command.
     terminal.type_text("/he");
     terminal.press(&["Tab"]);
@@ -415,7 +423,7 @@ fn slash_commands_in_a_terminal() {
         ],
     );
     let terminal = start(&dir, &chat_command(&dir, &model, ""));
-    terminal.wait_for("you> ");
+    wait_until_ready(&terminal);
     terminal.type_text("/servers");
     terminal.press(&["Enter"]);
     terminal.wait_for("everything: connected (2025-11-25");
@@ -567,7 +575,7 @@ fn colour_in_a_terminal_unless_no_color() {
         }
         let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let terminal = Terminal::start(&chat_command(&dir, &model, ""), &pairs);
-        terminal.wait_for("you> ");
+        wait_until_ready(&terminal);
         terminal.type_text("style?");
         terminal.press(&["Enter"]);
         terminal.wait_for("Some bold words.");
@@ -601,7 +609,7 @@ fn a_spinner_while_waiting_and_ctrl_c_in_the_middle_of_a_streamed_answer() {
         ],
     );
     let terminal = start(&dir, &chat_command(&dir, &model, ""));
-    terminal.wait_for("you> ");
+    wait_until_ready(&terminal);
     terminal.type_text("slow one");
     terminal.press(&["Enter"]);
     terminal.wait_for("waiting for the model");
@@ -641,7 +649,7 @@ fn completion_of_tools_servers_and_prompts_and_errors_in_red() {
     ];
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let terminal = Terminal::start(&chat_command(&dir, &model, "--approve auto"), &pairs);
-    terminal.wait_for("you> ");
+    wait_until_ready(&terminal);
     terminal.type_text("/tools everything__get-su");
     terminal.press(&["Tab"]);
     terminal.wait_for("you> /tools everything__get-sum");
