@@ -487,7 +487,9 @@ fn denied_approval_is_an_error_result_not_an_abort() {
         .unwrap()
         .to_string();
     assert!(
-        told.contains("needs the user's approval and this run is non-interactive"),
+        told.contains(
+            "needs the user's approval (it is not marked read-only) and this run is non-interactive"
+        ),
         "{told}"
     );
     assert!(
