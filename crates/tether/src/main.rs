@@ -294,8 +294,9 @@ enum ExitSignals {
 
 /// On SIGTERM or SIGHUP (and Ctrl-C where the command has no use for it), kills every server
 /// Tether started, whole process trees, then exits as the signal would have: servers run in
-/// their own process groups, so nothing else would stop them.
-async fn stop_servers_on(signals: ExitSignals) {
+/// their own process groups, so nothing else would stop them. The handlers are installed before
+/// this returns (it must be called inside the runtime), so no early signal slips past them.
+fn stop_servers_on(signals: ExitSignals) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -303,28 +304,33 @@ async fn stop_servers_on(signals: ExitSignals) {
         if matches!(signals, ExitSignals::None) {
             return;
         }
-        let (mut term, mut hangup) = match (
+        let (Ok(mut term), Ok(mut hangup)) = (
             signal(SignalKind::terminate()),
             signal(SignalKind::hangup()),
-        ) {
-            (Ok(term), Ok(hangup)) => (term, hangup),
-            _ => return,
+        ) else {
+            return;
         };
-        let interrupt = async {
-            match signals {
-                ExitSignals::TerminationAndInterrupt => {
-                    let _ = tokio::signal::ctrl_c().await;
+        let mut interrupt = match signals {
+            ExitSignals::TerminationAndInterrupt => signal(SignalKind::interrupt()).ok(),
+            _ => None,
+        };
+        tokio::spawn(async move {
+            let interrupted = async {
+                match interrupt.as_mut() {
+                    Some(interrupt) => {
+                        interrupt.recv().await;
+                    }
+                    None => std::future::pending().await,
                 }
-                _ => std::future::pending().await,
-            }
-        };
-        let code = tokio::select! {
-            _ = term.recv() => 143,
-            _ = hangup.recv() => 129,
-            () = interrupt => 130,
-        };
-        tether_mcp::kill_all_servers();
-        std::process::exit(code);
+            };
+            let code = tokio::select! {
+                _ = term.recv() => 143,
+                _ = hangup.recv() => 129,
+                () = interrupted => 130,
+            };
+            tether_mcp::kill_all_servers();
+            std::process::exit(code);
+        });
     }
     #[cfg(not(unix))]
     let _ = signals;
@@ -377,7 +383,10 @@ fn main() -> ExitCode {
         Command::Run { .. } | Command::Chat { .. } => ExitSignals::Termination,
         _ => ExitSignals::TerminationAndInterrupt,
     };
-    runtime.spawn(stop_servers_on(signals));
+    {
+        let _inside = runtime.enter();
+        stop_servers_on(signals);
+    }
     let outcome = runtime.block_on(commands::run(cli.global, command));
     // Children are killed on drop; don't wait for stray background tasks.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

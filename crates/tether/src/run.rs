@@ -659,12 +659,32 @@ impl EventView {
 }
 
 /// Cancels the current turn on Ctrl-C.
+///
+/// The handler is installed before this returns, not when a spawned task first runs: chat's
+/// line editor saves the SIGINT action when a read starts and puts it back when the read ends,
+/// so a handler that came in between would be replaced by the default one, and the next Ctrl-C
+/// during a tool call would kill Tether instead of cancelling the turn.
 pub(crate) fn watch_ctrl_c(current: Arc<Mutex<CancellationToken>>) {
+    let cancel = move || {
+        if let Ok(token) = current.lock() {
+            token.cancel();
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut interrupts) = signal(SignalKind::interrupt()) {
+            tokio::spawn(async move {
+                while interrupts.recv().await.is_some() {
+                    cancel();
+                }
+            });
+            return;
+        }
+    }
     tokio::spawn(async move {
         while tokio::signal::ctrl_c().await.is_ok() {
-            if let Ok(token) = current.lock() {
-                token.cancel();
-            }
+            cancel();
         }
     });
 }
@@ -792,5 +812,28 @@ fn finish(
             }
             Err(model_failure(&error))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Ctrl-C that comes right after the watch starts, before any task has run, must cancel
+    /// the turn; with the default action still in place it would kill this test process.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn ctrl_c_is_caught_from_the_moment_the_watch_starts() {
+        let token = CancellationToken::new();
+        watch_ctrl_c(Arc::new(Mutex::new(token.clone())));
+        // No await between the two: on this single-threaded runtime no spawned task has run.
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &std::process::id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        tokio::time::timeout(std::time::Duration::from_secs(30), token.cancelled())
+            .await
+            .expect("the interrupt should cancel the current turn");
     }
 }
