@@ -164,6 +164,23 @@ pub enum AgentEvent {
         /// One line.
         message: String,
     },
+    /// A server went away and was started again (front ends raise this from the host side;
+    /// the loop itself never does).
+    ServerRestarted {
+        /// Its config name.
+        server: String,
+        /// Restarts of this server so far in this run.
+        restarts: u32,
+        /// Why the previous session ended.
+        reason: String,
+    },
+}
+
+impl AgentEvent {
+    /// The one line a terminal shows for a restart.
+    pub fn restart_line(server: &str, restarts: u32, reason: &str) -> String {
+        format!("server \"{server}\" restarted (restart {restarts}) after {reason}")
+    }
 }
 
 /// A call waiting for the user's approval.
@@ -290,6 +307,9 @@ impl<'a> Agent<'a> {
             let _ = events.send(AgentEvent::Notice {
                 message: format!("could not refresh tools: {error}"),
             });
+        }
+        if refresh.servers.is_empty() {
+            return;
         }
         let _ = events.send(AgentEvent::Notice {
             message: format!(

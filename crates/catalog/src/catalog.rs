@@ -215,7 +215,7 @@ pub struct ToolCatalog {
 /// What a refresh changed.
 #[derive(Debug, Default)]
 pub struct Refresh {
-    /// Servers whose tools were re-listed.
+    /// Servers whose tools differ from what the snapshot had.
     pub servers: Vec<String>,
     /// Servers whose listing failed (their previous tools are kept).
     pub errors: Vec<McpError>,
@@ -293,6 +293,8 @@ impl ToolCatalog {
                         always_load,
                     };
                     match servers.iter_mut().find(|s| s.server == server) {
+                        // A restarted server re-lists the same tools: nothing to rebuild or tell.
+                        Some(slot) if slot.tools == entry.tools => continue,
                         Some(slot) => *slot = entry,
                         None => servers.push(entry),
                     }
@@ -300,6 +302,9 @@ impl ToolCatalog {
                 }
                 Err(error) => refresh.errors.push(error),
             }
+        }
+        if refresh.servers.is_empty() {
+            return Some(refresh);
         }
         // Keep config order whatever order the listings finished in.
         let order: Vec<&str> = registry.entries().iter().map(|e| e.name()).collect();

@@ -408,6 +408,21 @@ async fn relay_notices(
             ServerNotice::ListChanged { what: "resources" } => ServiceChange::Resources,
             ServerNotice::ListChanged { .. } => ServiceChange::Prompts,
             ServerNotice::ResourceUpdated { uri } => ServiceChange::ResourceUpdated(uri),
+            // Clients hear about it as a warning, then as a tool change: the new process may
+            // offer other tools.
+            ServerNotice::Restarted { restarts, reason } => {
+                let _ = gateway.changes.send(ServiceChange::Log {
+                    level: "warning".into(),
+                    logger: Some(server.clone()),
+                    data: Value::String(format!(
+                        "server \"{server}\" restarted (restart {restarts}): {reason}"
+                    )),
+                });
+                match gateway.catalog.refresh(&gateway.registry).await {
+                    Some(refresh) if !refresh.servers.is_empty() => ServiceChange::Tools,
+                    _ => continue,
+                }
+            }
             ServerNotice::Log {
                 level,
                 logger,

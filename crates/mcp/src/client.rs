@@ -108,6 +108,14 @@ pub enum ServerNotice {
         /// Its URI.
         uri: String,
     },
+    /// The server went away (its process exited, its connection closed) and was started
+    /// again.
+    Restarted {
+        /// How many times this server has been restarted in this run.
+        restarts: u32,
+        /// Why the previous session ended.
+        reason: String,
+    },
 }
 
 /// One `notifications/progress` for a call in flight.

@@ -17,7 +17,7 @@ use futures::future::join_all;
 use std::time::{Duration, Instant};
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
@@ -49,10 +49,18 @@ use crate::stdio::StdioProcess;
 /// The first protocol version of the modern (stateless) era.
 const FIRST_MODERN_VERSION: &str = "2026-07-28";
 
-/// A connected server.
+/// A connected server. A stdio server that exits, or an HTTP server whose connection drops,
+/// is started again on the next request (see [`ServerConnection::reconnect`]); everything that
+/// outlives one session (progress routes, change flags, the summary) lives here, and what a
+/// restart replaces lives in [`Session`].
 pub struct ServerConnection {
     config: ServerConfig,
-    client: RunningService<RoleClient, ClientSession>,
+    host: Arc<dyn HostHandler>,
+    session: std::sync::RwLock<Arc<Session>>,
+    /// Held while a restart runs, so concurrent callers wait for one restart instead of
+    /// starting several; holds the times of recent restarts for the backoff.
+    restarting: tokio::sync::Mutex<RestartLog>,
+    restarts: AtomicU32,
     summary: ServerSummary,
     progress: ProgressRoutes,
     stale: Arc<StaleLists>,
@@ -62,7 +70,50 @@ pub struct ServerConnection {
     /// Background readers of modern `subscriptions/listen` streams; aborted on close.
     listeners: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     startup: Duration,
+}
+
+/// One session with the server: what a restart replaces. Dropping it ends the session and
+/// kills a stdio server's process group.
+struct Session {
+    client: RunningService<RoleClient, ClientSession>,
     process: Option<StdioProcess>,
+}
+
+impl Session {
+    /// Whether the server went away: its process exited or the transport closed.
+    fn is_gone(&self) -> bool {
+        self.client.peer().is_transport_closed()
+            || self.process.as_ref().is_some_and(StdioProcess::has_exited)
+    }
+
+    /// Why it went away, for the user.
+    async fn why_gone(&self) -> String {
+        match &self.process {
+            Some(process) => process.death_note().await,
+            None => "the connection closed".into(),
+        }
+    }
+}
+
+/// Restarts within [`RESTART_WINDOW`]; more than [`MAX_RESTARTS`] there and the server is left
+/// down until the window has room again (or the user reconnects it).
+#[derive(Default)]
+struct RestartLog {
+    recent: std::collections::VecDeque<Instant>,
+}
+
+/// At most this many restarts per [`RESTART_WINDOW`]: a server that crashes on every call is
+/// not restarted forever.
+const MAX_RESTARTS: usize = 5;
+const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
+/// The wait before the `n`th restart within the window (`n` from 0): none for the first, then
+/// 250 ms doubling, so a server that dies at start-up is not respawned in a tight loop.
+fn restart_delay(n: usize) -> Duration {
+    match n {
+        0 => Duration::ZERO,
+        n => Duration::from_millis(250) * (1u32 << (n - 1).min(5)),
+    }
 }
 
 impl std::fmt::Debug for ServerConnection {
@@ -109,12 +160,7 @@ impl ServerConnection {
         host: Arc<dyn HostHandler>,
     ) -> Result<ServerConnection, McpError> {
         install_tls_provider();
-        let saved = match (&config.transport, crate::auth::credentials_path()) {
-            (Transport::Http { url, .. }, Some(path)) => {
-                crate::auth::saved_authorization(&config.name, url, &path).await
-            }
-            _ => None,
-        };
+        let saved = saved_sign_in(config).await;
         ServerConnection::connect_authorized(config, host, saved).await
     }
 
@@ -126,194 +172,19 @@ impl ServerConnection {
         authorization: Option<crate::auth::Authorization>,
     ) -> Result<ServerConnection, McpError> {
         let started = Instant::now();
-        let name = config.name.as_str();
         let progress = ProgressRoutes::default();
         let stale = Arc::new(StaleLists::default());
-        let (lifecycle, protocol_version) = lifecycle(config);
-        let tap = NotificationTap {
-            server: name.to_string(),
-            host: host.clone(),
-            progress: progress.clone(),
-            stale: stale.clone(),
-        };
-        let session = ClientSession {
-            protocol_version,
-            server: name.to_string(),
-            host,
-        };
-        let (client, process) = match &config.transport {
-            Transport::Stdio {
-                command,
-                args,
-                env,
-                cwd,
-            } => {
-                let (process, pipes) = StdioProcess::spawn(name, command, args, env, cwd.as_ref())?;
-                let outcome = tokio::time::timeout(
-                    config.startup_timeout,
-                    session.serve_with_lifecycle(tapped(pipes, &tap), lifecycle),
-                )
-                .await;
-                match outcome {
-                    Ok(Ok(client)) => (client, Some(process)),
-                    Ok(Err(error)) => {
-                        tracing::debug!(server = name, "handshake failed: {error:?}");
-                        let note = process.death_note().await;
-                        process.stop().await;
-                        return Err(McpError::Unreachable {
-                            server: name.to_string(),
-                            detail: format!("failed during startup: {note}"),
-                        });
-                    }
-                    Err(_) => {
-                        let hint = process.hint();
-                        process.stop().await;
-                        return Err(McpError::Timeout {
-                            server: name.to_string(),
-                            operation: "startup".into(),
-                            after: config.startup_timeout,
-                            hint: Some(hint.unwrap_or_else(|| {
-                                "it never answered the handshake; raise \"startupTimeout\" if it is just slow".into()
-                            })),
-                        });
-                    }
-                }
-            }
-            Transport::Http { url, headers } => {
-                install_tls_provider();
-                let mut header_map = HashMap::new();
-                for (key, value) in headers {
-                    let bad = |what: &str| McpError::Config {
-                        place: format!("mcpServers.{name}.headers"),
-                        message: format!("{what} \"{key}\" is not a valid HTTP header"),
-                    };
-                    let key_parsed =
-                        http::HeaderName::from_bytes(key.as_bytes()).map_err(|_| bad("name"))?;
-                    let value_parsed =
-                        http::HeaderValue::from_str(value).map_err(|_| bad("value of"))?;
-                    header_map.insert(key_parsed, value_parsed);
-                }
-                let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                    .custom_headers(header_map);
-                let fallback_session = session.clone();
-                let serve = async {
-                    match authorization {
-                        Some(crate::auth::Authorization(manager)) => {
-                            let client = AuthClient::new(reqwest::Client::default(), manager);
-                            let transport = StreamableHttpClientTransport::with_client(
-                                client,
-                                transport_config,
-                            );
-                            session
-                                .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
-                                .await
-                        }
-                        None => {
-                            let transport =
-                                StreamableHttpClientTransport::from_config(transport_config);
-                            session
-                                .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
-                                .await
-                        }
-                    }
-                };
-                let outcome = tokio::time::timeout(config.startup_timeout, serve).await;
-                match outcome {
-                    Ok(Ok(client)) => (client, None),
-                    Ok(Err(error))
-                        if error.is_authorization_required()
-                            || error.auth_challenge().is_some() =>
-                    {
-                        return Err(McpError::SignInRequired {
-                            server: name.to_string(),
-                            challenge: error.auth_challenge().map(str::to_string),
-                        });
-                    }
-                    Ok(Err(error)) => {
-                        // The spec's backwards compatibility: a server that refuses our POST
-                        // may be an HTTP+SSE one; try that before giving up.
-                        let started_fallback = Instant::now();
-                        let remaining = config.startup_timeout.saturating_sub(started.elapsed());
-                        let fallback = tokio::time::timeout(
-                            remaining,
-                            serve_sse(fallback_session, &tap, url, headers, remaining),
-                        )
-                        .await;
-                        match fallback {
-                            Ok(Ok(client)) => {
-                                tracing::info!(
-                                    server = name,
-                                    "fell back to HTTP+SSE after {:?}",
-                                    started_fallback.elapsed()
-                                );
-                                (client, None)
-                            }
-                            _ => {
-                                return Err(McpError::Unreachable {
-                                    server: name.to_string(),
-                                    detail: format!(
-                                        "cannot connect to {url}: {}",
-                                        error_chain(&error)
-                                    ),
-                                });
-                            }
-                        }
-                    }
-                    Err(_) => {
-                        return Err(McpError::Timeout {
-                            server: name.to_string(),
-                            operation: format!("connecting to {url}"),
-                            after: config.startup_timeout,
-                            hint: None,
-                        });
-                    }
-                }
-            }
-            Transport::Sse { url, headers } => {
-                let outcome = tokio::time::timeout(
-                    config.startup_timeout,
-                    serve_sse(session, &tap, url, headers, config.startup_timeout),
-                )
-                .await;
-                match outcome {
-                    Ok(Ok(client)) => (client, None),
-                    Ok(Err(detail)) => {
-                        return Err(McpError::Unreachable {
-                            server: name.to_string(),
-                            detail: format!("cannot connect to {url} (HTTP+SSE): {detail}"),
-                        });
-                    }
-                    Err(_) => {
-                        return Err(McpError::Timeout {
-                            server: name.to_string(),
-                            operation: format!("connecting to {url} (HTTP+SSE)"),
-                            after: config.startup_timeout,
-                            hint: None,
-                        });
-                    }
-                }
-            }
-        };
-        let summary = summarize(&client);
-        let log_level: Option<rmcp::model::LoggingLevel> = tap
-            .host
+        let log_level: Option<rmcp::model::LoggingLevel> = host
             .log_level()
             .and_then(|level| serde_json::from_value(Value::from(level)).ok());
-        if let Some(level) = log_level
-            && summary.era == ProtocolEra::Legacy
-            && summary.has_capability("logging")
-        {
-            // Best effort: a server that refuses still works, it just logs at its own level.
-            {
-                let set = client.set_level(rmcp::model::SetLevelRequestParams::new(level));
-                if let Err(error) = tokio::time::timeout(config.timeout, set).await {
-                    tracing::debug!(server = name, "logging/setLevel: {error}");
-                }
-            }
-        }
+        let (session, summary) =
+            open_session(config, &host, authorization, &progress, &stale, log_level).await?;
         Ok(ServerConnection {
             config: config.clone(),
-            client,
+            host,
+            session: std::sync::RwLock::new(Arc::new(session)),
+            restarting: Default::default(),
+            restarts: AtomicU32::new(0),
             summary,
             progress,
             stale,
@@ -321,10 +192,208 @@ impl ServerConnection {
             listeners: Default::default(),
             log_level,
             startup: started.elapsed(),
-            process,
         })
     }
+}
 
+/// The OAuth tokens `tether auth login` saved for an HTTP server, if any.
+async fn saved_sign_in(config: &ServerConfig) -> Option<crate::auth::Authorization> {
+    match (&config.transport, crate::auth::credentials_path()) {
+        (Transport::Http { url, .. }, Some(path)) => {
+            crate::auth::saved_authorization(&config.name, url, &path).await
+        }
+        _ => None,
+    }
+}
+
+/// Starts (stdio) or reaches (HTTP) the server and completes the handshake within its startup
+/// timeout: one [`Session`], with what the server said about itself.
+async fn open_session(
+    config: &ServerConfig,
+    host: &Arc<dyn HostHandler>,
+    authorization: Option<crate::auth::Authorization>,
+    progress: &ProgressRoutes,
+    stale: &Arc<StaleLists>,
+    log_level: Option<rmcp::model::LoggingLevel>,
+) -> Result<(Session, ServerSummary), McpError> {
+    let started = Instant::now();
+    let name = config.name.as_str();
+    let (lifecycle, protocol_version) = lifecycle(config);
+    let tap = NotificationTap {
+        server: name.to_string(),
+        host: host.clone(),
+        progress: progress.clone(),
+        stale: stale.clone(),
+    };
+    let session = ClientSession {
+        protocol_version,
+        server: name.to_string(),
+        host: host.clone(),
+    };
+    let (client, process) = match &config.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let (process, pipes) = StdioProcess::spawn(name, command, args, env, cwd.as_ref())?;
+            let outcome = tokio::time::timeout(
+                config.startup_timeout,
+                session.serve_with_lifecycle(tapped(pipes, &tap), lifecycle),
+            )
+            .await;
+            match outcome {
+                Ok(Ok(client)) => (client, Some(process)),
+                Ok(Err(error)) => {
+                    tracing::debug!(server = name, "handshake failed: {error:?}");
+                    let note = process.death_note().await;
+                    process.stop().await;
+                    return Err(McpError::Unreachable {
+                        server: name.to_string(),
+                        detail: format!("failed during startup: {note}"),
+                    });
+                }
+                Err(_) => {
+                    let hint = process.hint();
+                    process.stop().await;
+                    return Err(McpError::Timeout {
+                            server: name.to_string(),
+                            operation: "startup".into(),
+                            after: config.startup_timeout,
+                            hint: Some(hint.unwrap_or_else(|| {
+                                "it never answered the handshake; raise \"startupTimeout\" if it is just slow".into()
+                            })),
+                        });
+                }
+            }
+        }
+        Transport::Http { url, headers } => {
+            install_tls_provider();
+            let mut header_map = HashMap::new();
+            for (key, value) in headers {
+                let bad = |what: &str| McpError::Config {
+                    place: format!("mcpServers.{name}.headers"),
+                    message: format!("{what} \"{key}\" is not a valid HTTP header"),
+                };
+                let key_parsed =
+                    http::HeaderName::from_bytes(key.as_bytes()).map_err(|_| bad("name"))?;
+                let value_parsed =
+                    http::HeaderValue::from_str(value).map_err(|_| bad("value of"))?;
+                header_map.insert(key_parsed, value_parsed);
+            }
+            let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(header_map);
+            let fallback_session = session.clone();
+            let serve = async {
+                match authorization {
+                    Some(crate::auth::Authorization(manager)) => {
+                        let client = AuthClient::new(reqwest::Client::default(), manager);
+                        let transport =
+                            StreamableHttpClientTransport::with_client(client, transport_config);
+                        session
+                            .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
+                            .await
+                    }
+                    None => {
+                        let transport =
+                            StreamableHttpClientTransport::from_config(transport_config);
+                        session
+                            .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
+                            .await
+                    }
+                }
+            };
+            let outcome = tokio::time::timeout(config.startup_timeout, serve).await;
+            match outcome {
+                Ok(Ok(client)) => (client, None),
+                Ok(Err(error))
+                    if error.is_authorization_required() || error.auth_challenge().is_some() =>
+                {
+                    return Err(McpError::SignInRequired {
+                        server: name.to_string(),
+                        challenge: error.auth_challenge().map(str::to_string),
+                    });
+                }
+                Ok(Err(error)) => {
+                    // The spec's backwards compatibility: a server that refuses our POST
+                    // may be an HTTP+SSE one; try that before giving up.
+                    let started_fallback = Instant::now();
+                    let remaining = config.startup_timeout.saturating_sub(started.elapsed());
+                    let fallback = tokio::time::timeout(
+                        remaining,
+                        serve_sse(fallback_session, &tap, url, headers, remaining),
+                    )
+                    .await;
+                    match fallback {
+                        Ok(Ok(client)) => {
+                            tracing::info!(
+                                server = name,
+                                "fell back to HTTP+SSE after {:?}",
+                                started_fallback.elapsed()
+                            );
+                            (client, None)
+                        }
+                        _ => {
+                            return Err(McpError::Unreachable {
+                                server: name.to_string(),
+                                detail: format!("cannot connect to {url}: {}", error_chain(&error)),
+                            });
+                        }
+                    }
+                }
+                Err(_) => {
+                    return Err(McpError::Timeout {
+                        server: name.to_string(),
+                        operation: format!("connecting to {url}"),
+                        after: config.startup_timeout,
+                        hint: None,
+                    });
+                }
+            }
+        }
+        Transport::Sse { url, headers } => {
+            let outcome = tokio::time::timeout(
+                config.startup_timeout,
+                serve_sse(session, &tap, url, headers, config.startup_timeout),
+            )
+            .await;
+            match outcome {
+                Ok(Ok(client)) => (client, None),
+                Ok(Err(detail)) => {
+                    return Err(McpError::Unreachable {
+                        server: name.to_string(),
+                        detail: format!("cannot connect to {url} (HTTP+SSE): {detail}"),
+                    });
+                }
+                Err(_) => {
+                    return Err(McpError::Timeout {
+                        server: name.to_string(),
+                        operation: format!("connecting to {url} (HTTP+SSE)"),
+                        after: config.startup_timeout,
+                        hint: None,
+                    });
+                }
+            }
+        }
+    };
+    let summary = summarize(&client);
+    if let Some(level) = log_level
+        && summary.era == ProtocolEra::Legacy
+        && summary.has_capability("logging")
+    {
+        // Best effort: a server that refuses still works, it just logs at its own level.
+        {
+            let set = client.set_level(rmcp::model::SetLevelRequestParams::new(level));
+            if let Err(error) = tokio::time::timeout(config.timeout, set).await {
+                tracing::debug!(server = name, "logging/setLevel: {error}");
+            }
+        }
+    }
+    Ok((Session { client, process }, summary))
+}
+
+impl ServerConnection {
     /// The server's config name.
     pub fn name(&self) -> &str {
         &self.config.name
@@ -352,8 +421,9 @@ impl ServerConnection {
         }
         // Cleared before listing so a change announced during the listing is not lost.
         self.stale.tools.store(false, Ordering::SeqCst);
+        let session = self.live().await?;
         let tools = self
-            .request("tools/list", self.client.list_all_tools())
+            .request(&session, "tools/list", session.client.list_all_tools())
             .await?;
         let tools: Vec<Tool> = self.convert("tools/list", tools)?;
         Ok(tools
@@ -398,8 +468,9 @@ impl ServerConnection {
         let operation = format!("tool \"{tool}\"");
         // Not through `request`: the call keeps its own deadline, so that when it passes the
         // server is told why, instead of a second timer dropping the call first.
-        let outcome = self.call_with_progress(params, progress).await;
-        let result = self.outcome(&operation, outcome).await?;
+        let session = self.live().await?;
+        let outcome = self.call_with_progress(&session, params, progress).await;
+        let result = self.outcome(&session, &operation, outcome).await?;
         self.convert(&operation, result)
     }
 
@@ -418,10 +489,11 @@ impl ServerConnection {
     /// the caller. Dropping the future cancels the call on the server.
     async fn call_with_progress(
         &self,
+        session: &Session,
         params: CallToolRequestParams,
         progress: Option<UnboundedSender<Progress>>,
     ) -> Result<Value, ServiceError> {
-        let peer = self.client.peer();
+        let peer = session.client.peer();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
         let mut options = PeerRequestOptions::no_options();
         if let Some(level) = self.log_level
@@ -468,7 +540,7 @@ impl ServerConnection {
             // A modern server needs input first: rmcp's helper runs the rounds through our
             // handler and re-issues the call, which MRTR makes safe (the server is stateless).
             ServerResult::InputRequiredResult(_) => {
-                let rounds = tokio::time::timeout_at(deadline, self.client.call_tool(params));
+                let rounds = tokio::time::timeout_at(deadline, session.client.call_tool(params));
                 Ok(to_value(&rounds.await.map_err(|_| timed_out())??))
             }
             other => Ok(to_value(&other)),
@@ -485,16 +557,19 @@ impl ServerConnection {
             )));
         }
         let operation = format!("subscribing to \"{uri}\"");
+        let session = self.live().await?;
         if self.summary.era == ProtocolEra::Legacy {
-            let subscribe = self
+            let subscribe = session
                 .client
                 .subscribe(rmcp::model::SubscribeRequestParams::new(uri));
-            return self.request(&operation, subscribe).await;
+            return self.request(&session, &operation, subscribe).await;
         }
         let filter = rmcp::model::SubscriptionFilter::builder()
             .resource_subscription(uri)
             .build();
-        let mut subscription = self.request(&operation, self.client.listen(filter)).await?;
+        let mut subscription = self
+            .request(&session, &operation, session.client.listen(filter))
+            .await?;
         // The tap has already seen each notification; draining keeps the stream open.
         let drain =
             tokio::spawn(async move { while let Ok(Some(_)) = subscription.next().await {} });
@@ -511,9 +586,11 @@ impl ServerConnection {
         if self.summary.era == ProtocolEra::Modern {
             return Ok(());
         }
+        let session = self.live().await?;
         self.request(
+            &session,
             "roots/list_changed",
-            self.client.notify_roots_list_changed(),
+            session.client.notify_roots_list_changed(),
         )
         .await
     }
@@ -536,19 +613,24 @@ impl ServerConnection {
         value: &str,
     ) -> Result<Vec<String>, McpError> {
         let operation = format!("completing \"{argument}\"");
+        let session = self.live().await?;
         let info = match target {
             Completion::Prompt(name) => {
                 self.request(
+                    &session,
                     &operation,
-                    self.client
+                    session
+                        .client
                         .complete_prompt_argument(name, argument, value, None),
                 )
                 .await?
             }
             Completion::Template(template) => {
                 self.request(
+                    &session,
                     &operation,
-                    self.client
+                    session
+                        .client
                         .complete_resource_argument(template, argument, value, None),
                 )
                 .await?
@@ -562,8 +644,13 @@ impl ServerConnection {
         if !self.summary.has_capability("resources") {
             return Ok(Vec::new());
         }
+        let session = self.live().await?;
         let list = self
-            .request("resources/list", self.client.list_all_resources())
+            .request(
+                &session,
+                "resources/list",
+                session.client.list_all_resources(),
+            )
             .await?;
         self.convert("resources/list", list)
     }
@@ -573,10 +660,12 @@ impl ServerConnection {
         if !self.summary.has_capability("resources") {
             return Ok(Vec::new());
         }
+        let session = self.live().await?;
         let list = self
             .request(
+                &session,
                 "resources/templates/list",
-                self.client.list_all_resource_templates(),
+                session.client.list_all_resource_templates(),
             )
             .await?;
         self.convert("resources/templates/list", list)
@@ -586,8 +675,9 @@ impl ServerConnection {
     pub async fn read_resource(&self, uri: &str) -> Result<Vec<ResourceContents>, McpError> {
         let operation = format!("reading \"{uri}\"");
         let params = self.convert(&operation, serde_json::json!({ "uri": uri }))?;
+        let session = self.live().await?;
         let result = self
-            .request(&operation, self.client.read_resource(params))
+            .request(&session, &operation, session.client.read_resource(params))
             .await?;
         let value = serde_json::to_value(result).unwrap_or_default();
         self.convert(
@@ -601,8 +691,9 @@ impl ServerConnection {
         if !self.summary.has_capability("prompts") {
             return Ok(Vec::new());
         }
+        let session = self.live().await?;
         let list = self
-            .request("prompts/list", self.client.list_all_prompts())
+            .request(&session, "prompts/list", session.client.list_all_prompts())
             .await?;
         self.convert("prompts/list", list)
     }
@@ -618,8 +709,9 @@ impl ServerConnection {
             &operation,
             serde_json::json!({ "name": name, "arguments": arguments }),
         )?;
+        let session = self.live().await?;
         let result = match self
-            .request(&operation, self.client.get_prompt(params))
+            .request(&session, &operation, session.client.get_prompt(params))
             .await
         {
             Ok(result) => result,
@@ -644,12 +736,14 @@ impl ServerConnection {
     /// Ends the session: closes the transport, then lets a child exit or kills it.
     pub async fn close(self) {
         let ServerConnection {
-            client,
-            process,
+            session,
             cancellations,
             listeners,
             ..
         } = self;
+        let session = session
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Ok(listeners) = listeners.lock() {
             listeners.iter().for_each(tokio::task::JoinHandle::abort);
         }
@@ -660,15 +754,132 @@ impl ServerConnection {
             .map(|mut tasks| tasks.drain(..).collect())
             .unwrap_or_default();
         let _ = tokio::time::timeout(Duration::from_secs(2), join_all(pending)).await;
+        // Nothing else holds the session once the connection is given up by value, except a
+        // call future someone leaked; then dropping our handle is all we can do.
+        let Ok(Session { client, process }) = Arc::try_unwrap(session) else {
+            return;
+        };
         let _ = tokio::time::timeout(Duration::from_secs(2), client.cancel()).await;
         if let Some(process) = process {
             process.stop().await;
         }
     }
 
+    /// How many times the server was started again after it went away.
+    pub fn restarts(&self) -> u32 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// Whether the server is down now (its process exited or its connection closed); the next
+    /// request starts it again.
+    pub fn is_down(&self) -> bool {
+        self.current().is_gone()
+    }
+
+    /// Ends the current session, whatever its state, and opens a new one now, outside the
+    /// restart limit (which starts afresh): the user's way back to a server left down.
+    pub async fn reconnect(&self) -> Result<(), McpError> {
+        let current = self.current();
+        self.restart(current, true).await.map(drop)
+    }
+
+    /// The session requests go to now.
+    fn current(&self) -> Arc<Session> {
+        match self.session.read() {
+            Ok(session) => session.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The session to send a request on: the current one, or a new one when the server went
+    /// away since the last request.
+    async fn live(&self) -> Result<Arc<Session>, McpError> {
+        let current = self.current();
+        if !current.is_gone() {
+            return Ok(current);
+        }
+        self.restart(current, false).await
+    }
+
+    /// Replaces `old` with a new session, unless another caller already did. Unforced restarts
+    /// wait out the backoff and stop at [`MAX_RESTARTS`] per [`RESTART_WINDOW`].
+    async fn restart(&self, old: Arc<Session>, forced: bool) -> Result<Arc<Session>, McpError> {
+        let mut log = self.restarting.lock().await;
+        let current = self.current();
+        if !Arc::ptr_eq(&current, &old) {
+            return Ok(current);
+        }
+        let server = self.config.name.clone();
+        let why = if old.is_gone() {
+            old.why_gone().await
+        } else {
+            "reconnect asked for".into()
+        };
+        let now = Instant::now();
+        if forced {
+            log.recent.clear();
+        } else {
+            log.recent
+                .retain(|at| now.duration_since(*at) < RESTART_WINDOW);
+            if log.recent.len() >= MAX_RESTARTS {
+                let until = log
+                    .recent
+                    .front()
+                    .map(|first| RESTART_WINDOW.saturating_sub(now.duration_since(*first)))
+                    .unwrap_or_default();
+                return Err(McpError::Unreachable {
+                    server,
+                    detail: format!(
+                        "{why}; it was restarted {MAX_RESTARTS} times within a minute, so it stays down for {} (`/reconnect` in a chat starts it now)",
+                        crate::error::fmt_duration(until)
+                    ),
+                });
+            }
+            if let Some(last) = log.recent.back() {
+                let at = *last + restart_delay(log.recent.len());
+                tokio::time::sleep_until(at.into()).await;
+            }
+        }
+        log.recent.push_back(Instant::now());
+        // Saved sign-in is read again: it may have been refreshed since the first connect.
+        let authorization = saved_sign_in(&self.config).await;
+        drop(old);
+        let (session, _) = open_session(
+            &self.config,
+            &self.host,
+            authorization,
+            &self.progress,
+            &self.stale,
+            self.log_level,
+        )
+        .await
+        .map_err(|error| McpError::Unreachable {
+            server: server.clone(),
+            detail: format!("{why}; starting it again failed: {error}"),
+        })?;
+        let session = Arc::new(session);
+        match self.session.write() {
+            Ok(mut slot) => *slot = session.clone(),
+            Err(poisoned) => *poisoned.into_inner() = session.clone(),
+        }
+        let restarts = self.restarts.fetch_add(1, Ordering::Relaxed) + 1;
+        self.host.notify(
+            &server,
+            crate::client::ServerNotice::Restarted {
+                restarts,
+                reason: why,
+            },
+        );
+        // A new process may offer other tools; holders of a snapshot list them again.
+        self.stale.tools.store(true, Ordering::SeqCst);
+        self.stale.tool_changes.send_modify(|n| *n += 1);
+        Ok(session)
+    }
+
     /// Runs one request under the server's timeout and turns failures into [`McpError`].
     async fn request<T>(
         &self,
+        session: &Session,
         operation: &str,
         future: impl Future<Output = Result<T, ServiceError>>,
     ) -> Result<T, McpError> {
@@ -677,12 +888,13 @@ impl ServerConnection {
             .unwrap_or(Err(ServiceError::Timeout {
                 timeout: self.config.timeout,
             }));
-        self.outcome(operation, outcome).await
+        self.outcome(session, operation, outcome).await
     }
 
     /// Turns a request's outcome into [`McpError`], naming the server and the operation.
     async fn outcome<T>(
         &self,
+        session: &Session,
         operation: &str,
         outcome: Result<T, ServiceError>,
     ) -> Result<T, McpError> {
@@ -699,14 +911,14 @@ impl ServerConnection {
                 server,
                 operation: operation.to_string(),
                 after: self.config.timeout,
-                hint: self.process.as_ref().and_then(StdioProcess::hint),
+                hint: session.process.as_ref().and_then(StdioProcess::hint),
             }),
             Err(error) if auth_challenge(&error).is_some() => Err(McpError::SignInRequired {
                 server,
                 challenge: auth_challenge(&error),
             }),
             Err(error) => {
-                let detail = match &self.process {
+                let detail = match &session.process {
                     Some(process)
                         if matches!(
                             error,

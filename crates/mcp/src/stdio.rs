@@ -230,6 +230,11 @@ impl StdioProcess {
             .map(|line| format!("last stderr line: {}", clip(line, 160)))
     }
 
+    /// Whether the process has exited (or was killed) and been reaped.
+    pub(crate) fn has_exited(&self) -> bool {
+        self.exit.borrow().is_some()
+    }
+
     /// Explains why the connection ended: exit status plus the hint. Waits briefly for the
     /// exit status, because the pipe closes a moment before the process is reaped.
     pub(crate) async fn death_note(&self) -> String {

@@ -37,6 +37,10 @@ const COMMANDS: &[(&str, &str)] = &[
     ("/tools", "[FILTER] tools offered to the model"),
     ("/servers", "connected servers and their state"),
     (
+        "/reconnect",
+        "[SERVER] start a server (or all) again now, e.g. after it crashed",
+    ),
+    (
         "/resources",
         "resources and templates, to attach with @server:uri",
     ),
@@ -148,6 +152,7 @@ impl Completer for ChatHelper {
                     .map(|(_, p)| p.clone())
                     .collect(),
                 Some("/approve") => vec!["ask".into(), "auto".into(), "never".into()],
+                Some("/reconnect") => self.catalog.servers.clone(),
                 _ => Vec::new(),
             }
         };
@@ -611,15 +616,43 @@ impl Chat<'_> {
             "/servers" => {
                 for entry in self.registry.entries() {
                     let state = match &entry.state {
+                        tether_mcp::ServerState::Connected(c) if c.is_down() => {
+                            "down (it exited or its connection closed): the next call starts it again, or /reconnect".to_string()
+                        }
                         tether_mcp::ServerState::Connected(c) => format!(
-                            "connected ({}, {})",
+                            "connected ({}, {}){}",
                             c.summary().protocol_version,
-                            entry.config.endpoint()
+                            entry.config.endpoint(),
+                            match c.restarts() {
+                                0 => String::new(),
+                                1 => ", restarted once".into(),
+                                n => format!(", restarted {n} times"),
+                            }
                         ),
                         tether_mcp::ServerState::Failed(error) => format!("failed: {error}"),
                         tether_mcp::ServerState::Disabled => "disabled".into(),
                     };
                     eprintln!("  {}: {state}", entry.name());
+                }
+            }
+            "/reconnect" => {
+                let named = rest.trim();
+                let chosen: Vec<_> = self
+                    .registry
+                    .connections()
+                    .filter(|c| named.is_empty() || c.name() == named)
+                    .collect();
+                if chosen.is_empty() {
+                    match self.registry.connection(named) {
+                        Err(error) => eprintln!("error: {error}"),
+                        Ok(_) => eprintln!("no connected servers"),
+                    }
+                }
+                for connection in chosen {
+                    match connection.reconnect().await {
+                        Ok(()) => eprintln!("  {}: reconnected", connection.name()),
+                        Err(error) => eprintln!("  {}: {error}", connection.name()),
+                    }
                 }
             }
             "/resources" => {

@@ -294,6 +294,8 @@ async fn servers_command(
                 count(resources.map(|v| v.len()), "resources", &mut row);
                 count(templates.map(|v| v.len()), "resourceTemplates", &mut row);
                 count(prompts.map(|v| v.len()), "prompts", &mut row);
+                // A server that died after its handshake was started again for the listings.
+                row["restarts"] = json!(c.restarts());
             }
             ServerState::Failed(error) => {
                 row["status"] = json!("failed");

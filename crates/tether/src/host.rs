@@ -96,9 +96,16 @@ impl TerminalHost {
                 let _ = sender.send(event);
             }
             None => {
-                if let AgentEvent::Notice { message } = event {
-                    eprintln!("{}", crate::render::terminal_safe(&message));
-                }
+                let line = match event {
+                    AgentEvent::Notice { message } => message,
+                    AgentEvent::ServerRestarted {
+                        server,
+                        restarts,
+                        reason,
+                    } => AgentEvent::restart_line(&server, restarts, &reason),
+                    _ => return,
+                };
+                eprintln!("{}", crate::render::terminal_safe(&line));
             }
         }
     }
@@ -247,6 +254,14 @@ impl HostHandler for TerminalHost {
             }
             ServerNotice::ResourceUpdated { uri } => {
                 format!("server \"{server}\": resource {uri} updated")
+            }
+            ServerNotice::Restarted { restarts, reason } => {
+                self.show(AgentEvent::ServerRestarted {
+                    server: server.to_string(),
+                    restarts,
+                    reason,
+                });
+                return;
             }
         };
         self.show(AgentEvent::Notice { message });

@@ -103,9 +103,15 @@ pub fn servers(rows: &[Value]) {
             (Some(Value::Number(r)), Some(Value::Number(t))) => format!("{r}+{t}t"),
             _ => "-".into(),
         };
+        let status = match row.get("restarts").and_then(Value::as_u64) {
+            Some(restarts) if restarts > 0 => {
+                format!("{} ({restarts} restarts)", dash(&row["status"]))
+            }
+            _ => dash(&row["status"]),
+        };
         table.push(vec![
             dash(&row["name"]),
-            dash(&row["status"]),
+            status,
             dash(row.get("protocolVersion").unwrap_or(&Value::Null)),
             start,
             dash(row.get("tools").unwrap_or(&Value::Null)),

@@ -654,6 +654,14 @@ impl EventView {
                 eprintln!("{}", terminal_safe(&line));
             }
             AgentEvent::Notice { message } => eprintln!("note: {}", terminal_safe(&message)),
+            AgentEvent::ServerRestarted {
+                server,
+                restarts,
+                reason,
+            } => eprintln!(
+                "note: {}",
+                terminal_safe(&AgentEvent::restart_line(&server, restarts, &reason))
+            ),
         }
     }
 }

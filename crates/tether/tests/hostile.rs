@@ -390,3 +390,168 @@ fn session_files_are_private() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
 }
+
+/// A config with one misbehaving server in `mode`, its environment set to `env`.
+fn misbehaving_config(dir: &Path, mode: &str, env: Value) -> PathBuf {
+    let config = dir.join("tether.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"flaky": {
+            "command": "python3",
+            "args": [fixture("misbehaving_server.py"), mode],
+            "env": env,
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    config
+}
+
+#[test]
+fn a_server_that_crashes_is_started_again_on_the_next_call() {
+    let dir = workdir("restart");
+    let config = misbehaving_config(&dir, "crash-once", json!({"CRASHED": dir.join("crashed")}));
+    for json_events in [false, true] {
+        let _ = std::fs::remove_file(dir.join("crashed"));
+        let model = ScriptedModel::start(
+            Wire::OpenAi,
+            vec![
+                Reply::call("c1", "flaky__boom", "{}"),
+                Reply::call("c2", "flaky__boom", "{}"),
+                Reply::text("done"),
+            ],
+        );
+        let mut run = vec!["--approve", "auto"];
+        if json_events {
+            run.push("--json");
+        }
+        let output = scripted_run(
+            &dir,
+            &model,
+            &["--config", config.to_str().unwrap()],
+            &run,
+            "try twice",
+        );
+        let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+        assert_eq!(output.status.code(), Some(0), "{stderr}");
+        let requests = model.requests();
+        // The call in flight when it died fails with the reason; the next one is answered
+        // by a new process.
+        let first = tool_reply(&requests[1], "c1");
+        assert!(first.contains("exited with status 70"), "{first}");
+        assert_eq!(tool_reply(&requests[2], "c2"), "ok");
+        if json_events {
+            let restarts: Vec<Value> = stdout
+                .lines()
+                .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+                .filter(|event| event["type"] == "server_restarted")
+                .collect();
+            assert_eq!(restarts.len(), 1, "{stdout}");
+            assert_eq!(restarts[0]["server"], "flaky");
+            assert_eq!(restarts[0]["restarts"], 1);
+            assert!(
+                restarts[0]["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("exited with status 70"),
+                "{stdout}"
+            );
+        } else {
+            let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("restarted")).collect();
+            assert_eq!(lines.len(), 1, "{stderr}");
+            assert!(
+                lines[0].contains(
+                    "server \"flaky\" restarted (restart 1) after the server exited with status 70"
+                ),
+                "{stderr}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_server_that_crashes_every_time_is_left_down_after_five_restarts() {
+    let dir = workdir("restart-cap");
+    let config = misbehaving_config(&dir, "crash-on-call", json!({}));
+    // Different arguments each time, or the loop's repeat guard would stop the run first.
+    let mut replies: Vec<Reply> = (1..=7)
+        .map(|n| {
+            let arguments = json!({ "text": format!("try {n}") }).to_string();
+            Reply::call(&format!("c{n}"), "flaky__boom", &arguments)
+        })
+        .collect();
+    replies.push(Reply::text("gave up"));
+    let model = ScriptedModel::start(Wire::OpenAi, replies);
+    let output = scripted_run(
+        &dir,
+        &model,
+        &["--config", config.to_str().unwrap()],
+        &["--approve", "auto"],
+        "keep trying",
+    );
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches("restarted (restart").count(), 5, "{stderr}");
+    let requests = model.requests();
+    for (n, request) in requests.iter().enumerate().take(7).skip(1) {
+        let told = tool_reply(request, &format!("c{n}"));
+        assert!(told.contains("exited with status 70"), "call {n}: {told}");
+    }
+    let last = tool_reply(&requests[7], "c7");
+    assert!(
+        last.contains("restarted 5 times within a minute") && last.contains("/reconnect"),
+        "{last}"
+    );
+}
+
+#[test]
+fn a_chat_shows_a_crashed_server_as_down_and_reconnect_brings_it_back() {
+    use std::io::Write;
+    let dir = workdir("reconnect");
+    let config = misbehaving_config(&dir, "crash-once", json!({"CRASHED": dir.join("crashed")}));
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "flaky__boom", "{}"),
+            Reply::text("It crashed."),
+            Reply::call("c2", "flaky__boom", r#"{"text": "again"}"#),
+            Reply::text("It worked."),
+        ],
+    );
+    let base = model.base_url();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["--config", config.to_str().unwrap(), "chat"])
+        .args(["--model", "openai:scripted", "--base-url", &base])
+        .args(["--approve", "auto"])
+        .current_dir(&dir)
+        .env("NO_COLOR", "1")
+        .env("TETHER_DATA_DIR", dir.join("data"))
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"try it\n/servers\n/reconnect flaky\n/servers\ntry again\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let servers: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.trim_start().starts_with("flaky:"))
+        .collect();
+    assert_eq!(servers.len(), 3, "{stderr}");
+    assert!(servers[0].contains("down"), "{stderr}");
+    assert!(servers[1].contains("reconnected"), "{stderr}");
+    assert!(
+        servers[2].contains("connected (") && servers[2].contains("restarted once"),
+        "{stderr}"
+    );
+    assert_eq!(tool_reply(&model.requests()[3], "c2"), "ok");
+}
