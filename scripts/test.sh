@@ -10,5 +10,12 @@ bash scripts/install-peers.sh
 cargo build --locked -p tether
 # Downloads and verifies the default model once; later runs find it in the cache.
 target/debug/tether model pull
+# The tests never read or write the user's own config, sign-ins or sessions (the model cache,
+# under XDG_CACHE_HOME, is shared on purpose).
+isolated="$(mktemp -d)"
+trap 'rm -rf "$isolated"' EXIT
+export XDG_CONFIG_HOME="$isolated/config" XDG_DATA_HOME="$isolated/data"
+export TETHER_CREDENTIALS="$isolated/credentials.json"
+unset TETHER_MODEL TETHER_DATA_DIR
 cargo test --workspace --locked "$@"
 bash scripts/conformance.sh

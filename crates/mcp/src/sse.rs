@@ -35,7 +35,9 @@ pub struct SseEvent {
 /// Incremental `text/event-stream` parser: feed bytes, take complete events.
 #[derive(Debug, Default)]
 pub struct SseParser {
-    buffer: String,
+    /// Bytes of the line not yet ended. Kept as bytes: a chunk may end inside a multi-byte
+    /// character, and only a whole line is sure to hold whole characters.
+    buffer: Vec<u8>,
     current: SseEvent,
     has_data: bool,
 }
@@ -43,10 +45,11 @@ pub struct SseParser {
 impl SseParser {
     /// Adds bytes and returns the events they complete.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
-        self.buffer.push_str(&String::from_utf8_lossy(bytes));
+        self.buffer.extend_from_slice(bytes);
         let mut events = Vec::new();
-        while let Some(end) = self.buffer.find('\n') {
-            let line: String = self.buffer.drain(..=end).collect();
+        while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+            let bytes: Vec<u8> = self.buffer.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&bytes);
             let line = line.trim_end_matches(['\n', '\r']);
             if line.is_empty() {
                 if self.has_data {
@@ -245,5 +248,19 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn a_character_split_across_chunks_survives() {
+        let mut parser = SseParser::default();
+        let text = "data: {\"city\": \"Zürich ☀\"}\n\n".as_bytes();
+        // Split inside "ü" (two bytes) and inside "☀" (three).
+        let u = text.iter().position(|b| *b == 0xC3).unwrap();
+        let sun = text.iter().position(|b| *b == 0xE2).unwrap();
+        let mut events = parser.feed(&text[..u + 1]);
+        events.extend(parser.feed(&text[u + 1..sun + 2]));
+        events.extend(parser.feed(&text[sun + 2..]));
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].data, "{\"city\": \"Zürich ☀\"}");
     }
 }

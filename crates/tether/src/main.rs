@@ -336,7 +336,28 @@ fn stop_servers_on(signals: ExitSignals) {
     let _ = signals;
 }
 
+/// `tether tools | head -1`: once the reader is gone, printing fails and `println!` panics.
+/// That is a clean end of the command (ripgrep's rule), not a crash: stop the servers and exit
+/// 0, without a backtrace. Matched by the error number, which no locale translates.
+fn end_quietly_when_stdout_closes() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("(os error 32)") {
+            tether_mcp::kill_all_servers();
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    end_quietly_when_stdout_closes();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {

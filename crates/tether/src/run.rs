@@ -253,6 +253,7 @@ fn default_model() -> Option<String> {
 }
 
 /// Prints download progress on stderr: a live line on a terminal, quarters otherwise.
+#[cfg(feature = "local")]
 fn progress_printer() -> impl Fn(u64, Option<u64>, &str) + Sync {
     let terminal = std::io::stderr().is_terminal();
     let last_quarter = std::sync::atomic::AtomicU64::new(0);

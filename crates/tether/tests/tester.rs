@@ -726,3 +726,23 @@ fn usage_errors_exit_1() {
     let run = tether(&["frobnicate"]);
     assert_eq!(run.code, 1);
 }
+
+/// `tether tools | head -1`: the reader goes away early. Like ripgrep, that is a clean exit,
+/// not a panic with a backtrace. The pipe's read end is closed before Tether starts, so every
+/// write fails, whatever the timing.
+#[test]
+fn a_closed_stdout_pipe_is_a_clean_exit() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["--stdio", &misbehaving_stdio("working"), "tools"])
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
