@@ -303,6 +303,11 @@ impl<'a> Agent<'a> {
         let Some(refresh) = self.catalog.refresh(self.registry).await else {
             return;
         };
+        for report in self.catalog.take_pin_reports() {
+            for message in report.lines() {
+                let _ = events.send(AgentEvent::Notice { message });
+            }
+        }
         for error in refresh.errors {
             let _ = events.send(AgentEvent::Notice {
                 message: format!("could not refresh tools: {error}"),
@@ -744,6 +749,29 @@ impl<'a> Agent<'a> {
             },
             self.approver.interactive(),
         );
+        // A tool that changed since it was pinned is asked about whatever the rules say, and
+        // refused where nobody can be asked.
+        let decision = match (decision, self.catalog.pin_change(&tool.qualified_name)) {
+            (Decision::Deny(reason), _) => Decision::Deny(reason),
+            (_, Some((_, change))) => {
+                let _ = events.send(AgentEvent::Notice {
+                    message: format!(
+                        "{} changed since it was pinned: {change}",
+                        tool.qualified_name
+                    ),
+                });
+                if self.approver.interactive() && self.options.approval_mode != ApprovalMode::Never
+                {
+                    Decision::Ask
+                } else {
+                    Decision::Deny(format!(
+                        "the tool changed since it was pinned ({change}); the user must review it and run `tether pins accept {}`",
+                        tool.server
+                    ))
+                }
+            }
+            (decision, None) => decision,
+        };
         match decision {
             Decision::Allow => Checked::Run {
                 call,

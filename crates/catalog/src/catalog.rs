@@ -4,7 +4,7 @@
 //! alone and swaps in a new [`Snapshot`], and every holder sees it on its next request.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::join_all;
 use serde_json::Value;
@@ -12,6 +12,7 @@ use tether_mcp::{McpError, ServerRegistry, ToolRouter};
 use tether_protocol::chat::ToolDefinition;
 use tether_protocol::{QualifiedTool, Tool};
 
+use crate::pins::{PinBook, PinReport};
 use crate::search::{Hit, Ranking, SearchIndex};
 
 /// One server's tools as last listed.
@@ -210,6 +211,36 @@ pub fn schema_problems(schema: &Value, arguments: &Value) -> Option<String> {
 #[derive(Debug, Clone)]
 pub struct ToolCatalog {
     current: Arc<RwLock<Arc<Snapshot>>>,
+    /// The pin book, once [`pin`](Self::pin) turned pinning on.
+    pinning: Arc<Mutex<Option<Pinning>>>,
+}
+
+/// Pinning state shared by every handle.
+#[derive(Debug)]
+struct Pinning {
+    book: PinBook,
+    /// (server, tool) → what changed since the pin, for tools that still differ.
+    changed: HashMap<(String, String), String>,
+    /// Reports of refreshes not yet taken by a front end.
+    pending: Vec<PinReport>,
+}
+
+impl Pinning {
+    /// Checks one server's tools, remembers its changed tools and saves the book.
+    fn check(&mut self, server: &str, endpoint: &str, tools: &[Tool]) -> PinReport {
+        let mut report = self.book.check(server, endpoint, tools);
+        self.changed.retain(|(s, _), _| s != server);
+        for (tool, diff) in &report.changed {
+            self.changed
+                .insert((server.to_string(), tool.clone()), diff.join("; "));
+        }
+        // A pin file that cannot be written does not stop the run: the changes are still
+        // enforced now, and the next run reports them again.
+        if let Err(error) = self.book.save() {
+            report.save_error = Some(error.to_string());
+        }
+        report
+    }
 }
 
 /// What a refresh changed.
@@ -226,7 +257,61 @@ impl ToolCatalog {
     pub fn from_servers(servers: Vec<ServerTools>) -> ToolCatalog {
         ToolCatalog {
             current: Arc::new(RwLock::new(Arc::new(Snapshot::new(servers)))),
+            pinning: Arc::default(),
         }
+    }
+
+    /// Turns pinning on: checks every server's current tools against `book` (pinning servers
+    /// seen for the first time), saves it, and from now on checks each refresh too. Returns
+    /// what differs from the pins.
+    pub fn pin(&self, registry: &ServerRegistry, book: PinBook) -> Vec<PinReport> {
+        let mut pinning = Pinning {
+            book,
+            changed: HashMap::new(),
+            pending: Vec::new(),
+        };
+        let snapshot = self.snapshot();
+        let reports = snapshot
+            .servers()
+            .iter()
+            .filter_map(|server| {
+                let endpoint = registry
+                    .connection(&server.server)
+                    .ok()?
+                    .config()
+                    .endpoint();
+                Some(pinning.check(&server.server, &endpoint, &server.tools))
+            })
+            .collect();
+        if let Ok(mut slot) = self.pinning.lock() {
+            *slot = Some(pinning);
+        }
+        reports
+    }
+
+    /// The server of the tool called `qualified_name` and what changed in the tool since it was
+    /// pinned, while the change is not accepted: such a tool needs approval before every call.
+    pub fn pin_change(&self, qualified_name: &str) -> Option<(String, String)> {
+        let snapshot = self.snapshot();
+        let tool = snapshot
+            .tools()
+            .iter()
+            .find(|t| t.qualified_name == qualified_name)?;
+        let pinning = self.pinning.lock().ok()?;
+        pinning
+            .as_ref()?
+            .changed
+            .get(&(tool.server.clone(), tool.tool.name.clone()))
+            .map(|change| (tool.server.clone(), change.clone()))
+    }
+
+    /// Pin reports from refreshes since the last call, for the front end to show.
+    pub fn take_pin_reports(&self) -> Vec<PinReport> {
+        self.pinning
+            .lock()
+            .ok()
+            .and_then(|mut p| p.as_mut().map(|p| std::mem::take(&mut p.pending)))
+            .unwrap_or_default()
     }
 
     /// Lists every connected server's tools concurrently. Servers whose listing fails are
@@ -305,6 +390,20 @@ impl ToolCatalog {
         }
         if refresh.servers.is_empty() {
             return Some(refresh);
+        }
+        if let Ok(mut pinning) = self.pinning.lock()
+            && let Some(pinning) = pinning.as_mut()
+        {
+            for name in &refresh.servers {
+                let (Some(tools), Ok(connection)) = (
+                    servers.iter().find(|s| &s.server == name),
+                    registry.connection(name),
+                ) else {
+                    continue;
+                };
+                let report = pinning.check(name, &connection.config().endpoint(), &tools.tools);
+                pinning.pending.push(report);
+            }
         }
         // Keep config order whatever order the listings finished in.
         let order: Vec<&str> = registry.entries().iter().map(|e| e.name()).collect();

@@ -2,9 +2,11 @@
 //! tools (the agent, the tester commands, the gateway). It holds a live snapshot of every
 //! server's tools ([`ToolCatalog`]), ranks them for a query ([`search`]), decides which tools
 //! a model is offered and what its calls stand for ([`ToolSelection`], one implementation per
-//! `--tools` mode), and owns the approval policy so every front end enforces the same rules.
+//! `--tools` mode), and owns the approval policy and the tool pins so every front end enforces
+//! the same rules.
 
 pub mod catalog;
+pub mod pins;
 pub mod policy;
 pub mod search;
 pub mod selection;
@@ -13,6 +15,7 @@ pub use catalog::{
     Refresh, ServerTools, Snapshot, ToolCatalog, definition, estimate_tokens, one_line,
     schema_problems,
 };
+pub use pins::{PinBook, PinError, PinReport};
 pub use policy::{ApprovalMode, ApprovalRules, Decision, Hints, decide};
 pub use search::{Hit, Ranking, SearchIndex};
 pub use selection::{

@@ -40,6 +40,9 @@ pub struct GatewayOptions {
     pub prefix: bool,
     /// The config's `"approval"` rules: `deny` blocks, `ask` needs the client's user.
     pub rules: ApprovalRules,
+    /// The tool pin file: tools that changed since they were pinned are blocked until
+    /// `tether pins accept SERVER`. `None`: no pinning.
+    pub pins: Option<std::path::PathBuf>,
 }
 
 impl Default for GatewayOptions {
@@ -48,6 +51,7 @@ impl Default for GatewayOptions {
             mode: SelectionMode::All,
             prefix: true,
             rules: ApprovalRules::default(),
+            pins: None,
         }
     }
 }
@@ -162,6 +166,18 @@ impl Gateway {
         let mut failures: Vec<McpError> = registry.failures().cloned().collect();
         let (catalog, errors) = ToolCatalog::load(&registry).await;
         failures.extend(errors);
+        if let Some(path) = &options.pins {
+            match tether_catalog::PinBook::load(path) {
+                Ok(book) => {
+                    for report in catalog.pin(&registry, book) {
+                        for line in report.lines() {
+                            tracing::warn!("{line}");
+                        }
+                    }
+                }
+                Err(error) => tracing::warn!("{error}; tools are not pinned"),
+            }
+        }
         let connected = registry.connections().count();
         if !options.prefix && connected != 1 {
             registry.shutdown().await;
@@ -390,6 +406,16 @@ impl Drop for InFlightGuard<'_> {
     }
 }
 
+/// Tools that changed since they were pinned are blocked; whoever runs the gateway reads why in
+/// its log.
+fn log_pin_reports(catalog: &ToolCatalog) {
+    for report in catalog.take_pin_reports() {
+        for line in report.lines() {
+            tracing::warn!("{line}");
+        }
+    }
+}
+
 /// Turns upstream notices into changes for every client, refreshing the catalogue first when
 /// tools changed so a client that lists again sees the new tools.
 async fn relay_notices(
@@ -403,6 +429,7 @@ async fn relay_notices(
         let change = match notice {
             ServerNotice::ListChanged { what: "tools" } => {
                 gateway.catalog.refresh(&gateway.registry).await;
+                log_pin_reports(&gateway.catalog);
                 ServiceChange::Tools
             }
             ServerNotice::ListChanged { what: "resources" } => ServiceChange::Resources,
@@ -418,7 +445,9 @@ async fn relay_notices(
                         "server \"{server}\" restarted (restart {restarts}): {reason}"
                     )),
                 });
-                match gateway.catalog.refresh(&gateway.registry).await {
+                let refresh = gateway.catalog.refresh(&gateway.registry).await;
+                log_pin_reports(&gateway.catalog);
+                match refresh {
                     Some(refresh) if !refresh.servers.is_empty() => ServiceChange::Tools,
                     _ => continue,
                 }
@@ -490,6 +519,11 @@ impl GatewaySession {
         arguments: &Value,
         caller: &Caller,
     ) -> Result<(), String> {
+        if let Some((server, change)) = self.gateway.catalog.pin_change(qualified_name) {
+            return Err(format!(
+                "\"{qualified_name}\" is blocked: it changed since it was pinned ({change}); whoever runs the gateway must review it and run `tether pins accept {server}`"
+            ));
+        }
         // The client applies its own approval to what it calls; the gateway adds the
         // config's explicit rules, so hints are left out here.
         let decision = decide(

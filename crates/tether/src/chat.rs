@@ -328,6 +328,9 @@ pub async fn chat(
     for error in errors {
         eprintln!("warning: {error}");
     }
+    for line in crate::run::pin_tools(&tools, &registry) {
+        eprintln!("note: {}", crate::render::terminal_safe(&line));
+    }
     let mut chat = Chat {
         provider,
         spec,

@@ -67,6 +67,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
         Command::ConformanceClient { url } => crate::conformance::run(url).await,
         Command::Auth { action } => crate::auth::command(&servers, action, json).await,
         Command::Servers => servers_command(&servers, json, shared).await,
+        Command::Pins { action } => pins_command(&servers, action, json, shared).await,
         Command::Tools {
             server,
             schema,
@@ -603,4 +604,78 @@ async fn prompt_command(
         render::prompt_result(server, &result);
     }
     Ok(())
+}
+
+/// `tether pins list|accept|reset`.
+async fn pins_command(
+    servers: &[ServerConfig],
+    action: crate::PinsAction,
+    json: bool,
+    host: Arc<dyn HostHandler>,
+) -> Result<(), Failure> {
+    let path = crate::session::pins_path()
+        .ok_or_else(|| Failure::usage("no data dir for tool pins; set TETHER_DATA_DIR"))?;
+    let mut book =
+        tether_catalog::PinBook::load(&path).map_err(|e| Failure::usage(e.to_string()))?;
+    match action {
+        crate::PinsAction::List => {
+            if json {
+                let rows: Vec<Value> = book
+                    .servers()
+                    .iter()
+                    .map(|(name, pins)| {
+                        json!({"server": name, "endpoint": pins.endpoint, "pinnedAt": pins.pinned_at,
+                               "tools": pins.tools.iter().map(|(tool, pin)| json!({"name": tool, "sha256": pin.sha256})).collect::<Vec<_>>()})
+                    })
+                    .collect();
+                println!("{}", Value::Array(rows));
+            } else if book.servers().is_empty() {
+                eprintln!(
+                    "no pins yet ({}); they are taken the first time `run`, `chat` or `serve` sees a server",
+                    path.display()
+                );
+            } else {
+                for (name, pins) in book.servers() {
+                    let line = format!(
+                        "{name}  {} tools  pinned {}  {}",
+                        pins.tools.len(),
+                        pins.pinned_at,
+                        pins.endpoint
+                    );
+                    println!("{}", crate::render::terminal_safe(&line));
+                }
+            }
+            Ok(())
+        }
+        crate::PinsAction::Accept { server } => {
+            let registry = ServerRegistry::start_one(servers, &server, host).await?;
+            let connection = registry.connection(&server)?;
+            let listed = connection.list_tools().await;
+            let endpoint = connection.config().endpoint();
+            registry.shutdown().await;
+            let tools = listed?;
+            book.accept(&server, &endpoint, &tools);
+            book.save().map_err(|e| Failure::usage(e.to_string()))?;
+            eprintln!(
+                "pinned {} tools of \"{server}\" as they are now",
+                tools.len()
+            );
+            Ok(())
+        }
+        crate::PinsAction::Reset { server } => {
+            if book.reset(server.as_deref()) {
+                book.save().map_err(|e| Failure::usage(e.to_string()))?;
+                eprintln!(
+                    "forgot the pins of {}; they are taken again on the next run",
+                    server.map_or("every server".into(), |s| format!("\"{s}\""))
+                );
+            } else {
+                eprintln!(
+                    "nothing was pinned{}",
+                    server.map_or(String::new(), |s| format!(" for \"{s}\""))
+                );
+            }
+            Ok(())
+        }
+    }
 }

@@ -95,6 +95,12 @@ enum Command {
     },
     /// Start every configured server and report status, protocol, capabilities and counts.
     Servers,
+    /// Tool pins: what each server's tools looked like when first seen; a tool that changes
+    /// later needs approval before each call until its server's pins are accepted again.
+    Pins {
+        #[command(subcommand)]
+        action: PinsAction,
+    },
     /// OAuth sign-in for HTTP servers: login, logout, status.
     Auth {
         #[command(subcommand)]
@@ -195,6 +201,23 @@ enum Command {
         name: String,
         /// key=value arguments.
         args: Vec<String>,
+    },
+}
+
+/// `tether pins …`.
+#[derive(Debug, Subcommand)]
+enum PinsAction {
+    /// Every pinned server: its endpoint, tool count and when it was pinned.
+    List,
+    /// Pin a server's tools as they are now (after reviewing a change).
+    Accept {
+        /// The server's config name.
+        server: String,
+    },
+    /// Forget the pins of one server, or of all; they are taken again on the next run.
+    Reset {
+        /// The server's config name (all servers when left out).
+        server: Option<String>,
     },
 }
 

@@ -667,6 +667,24 @@ impl EventView {
     }
 }
 
+/// Checks every server's tools against the pin file (pinning the ones seen for the first
+/// time) and turns pinning on for the rest of the run; returns the lines to show.
+pub(crate) fn pin_tools(catalog: &ToolCatalog, registry: &ServerRegistry) -> Vec<String> {
+    let Some(path) = crate::session::pins_path() else {
+        return vec![
+            "no data dir for tool pins (set TETHER_DATA_DIR); tools are not pinned".into(),
+        ];
+    };
+    match tether_catalog::PinBook::load(&path) {
+        Ok(book) => catalog
+            .pin(registry, book)
+            .iter()
+            .flat_map(tether_catalog::PinReport::lines)
+            .collect(),
+        Err(error) => vec![format!("{error}; tools are not pinned in this run")],
+    }
+}
+
 /// Cancels the current turn on Ctrl-C.
 ///
 /// The handler is installed before this returns, not when a spawned task first runs: chat's
@@ -740,6 +758,9 @@ pub async fn run(
     let (catalog, errors) = ToolCatalog::load(&registry).await;
     for error in errors {
         eprintln!("warning: {error}");
+    }
+    for line in pin_tools(&catalog, &registry) {
+        eprintln!("note: {}", terminal_safe(&line));
     }
     let terminal = TerminalApprover::default();
     let interactive = !json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();

@@ -67,6 +67,7 @@ pub async fn serve(
         mode,
         prefix: !args.no_prefix,
         rules: approval_rules(settings)?,
+        pins: crate::session::pins_path(),
     };
     let (gateway, failures) = Gateway::start(servers, options)
         .await

@@ -53,6 +53,14 @@ pub enum Record {
     },
 }
 
+/// The tool pin file: `$TETHER_DATA_DIR/pins.json`, else in the user's data dir.
+pub fn pins_path() -> Option<PathBuf> {
+    match std::env::var_os("TETHER_DATA_DIR") {
+        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir).join("pins.json")),
+        _ => dirs::data_dir().map(|d| d.join("tether").join("pins.json")),
+    }
+}
+
 /// The directory of session files: `$TETHER_DATA_DIR/sessions`, else the user's data dir.
 pub fn sessions_dir() -> Option<PathBuf> {
     match std::env::var_os("TETHER_DATA_DIR") {

@@ -456,3 +456,65 @@ fn a_non_loopback_gateway_needs_tokens() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_gateway_blocks_a_tool_that_changed_since_it_was_pinned_until_accepted() {
+    let dir = scratch_dir("serve", "pins");
+    let data = dir.join("data");
+    let write_inner = |description: Option<&str>| {
+        let env = description.map_or(json!({}), |d| json!({ "BOOM_DESCRIPTION": d }));
+        let inner = json!({"mcpServers": {"flaky": {
+            "command": "python3",
+            "args": [test_support::fixture("misbehaving_server.py"), "working"],
+            "env": env,
+        }}});
+        std::fs::write(dir.join("inner.json"), inner.to_string()).unwrap();
+    };
+    let outer = json!({"mcpServers": {"gw": {
+        "command": tether(),
+        "args": ["serve", "--config", dir.join("inner.json")],
+        "env": {"TETHER_DATA_DIR": data},
+    }}});
+    std::fs::write(dir.join("outer.json"), outer.to_string()).unwrap();
+    let tether_here = |args: &[&str]| {
+        Command::new(tether())
+            .args(args)
+            .current_dir(&dir)
+            .env("TETHER_DATA_DIR", &data)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let outer = dir.join("outer.json");
+    let call = [
+        "--config",
+        outer.to_str().unwrap(),
+        "call",
+        "gw",
+        "flaky__boom",
+    ];
+    write_inner(None);
+    let first = tether_here(&call);
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    write_inner(Some("Now also uploads your files."));
+    let blocked = tether_here(&call);
+    let stdout = String::from_utf8_lossy(&blocked.stdout);
+    assert_eq!(blocked.status.code(), Some(3), "{stdout}");
+    assert!(
+        stdout.contains("is blocked: it changed since it was pinned")
+            && stdout.contains("Now also uploads your files.")
+            && stdout.contains("tether pins accept flaky"),
+        "{stdout}"
+    );
+    let inner = dir.join("inner.json");
+    let accept = tether_here(&[
+        "--config",
+        inner.to_str().unwrap(),
+        "pins",
+        "accept",
+        "flaky",
+    ]);
+    assert_eq!(accept.status.code(), Some(0), "{accept:?}");
+    let after = tether_here(&call);
+    assert_eq!(after.status.code(), Some(0), "{after:?}");
+}
