@@ -196,6 +196,20 @@ impl ServerConnection {
     }
 }
 
+/// The server's own reason when it answered the handshake with an error (after the modern
+/// probe, the legacy `initialize`'s answer is the one that counts).
+fn handshake_refusal(error: &rmcp::service::ClientInitializeError) -> Option<String> {
+    use rmcp::service::ClientInitializeError as Failed;
+    match error {
+        Failed::JsonRpcError(data) => Some(format!(
+            "it refused the handshake: {} (code {})",
+            data.message, data.code.0
+        )),
+        Failed::LegacyFallbackFailed { fallback, .. } => handshake_refusal(fallback),
+        _ => None,
+    }
+}
+
 /// The OAuth tokens `tether auth login` saved for an HTTP server, if any.
 async fn saved_sign_in(config: &ServerConfig) -> Option<crate::auth::Authorization> {
     match (&config.transport, crate::auth::credentials_path()) {
@@ -247,11 +261,16 @@ async fn open_session(
                 Ok(Ok(client)) => (client, Some(process)),
                 Ok(Err(error)) => {
                     tracing::debug!(server = name, "handshake failed: {error:?}");
+                    // A server that refused the handshake said why; that beats its exit status.
+                    let refused = handshake_refusal(&error);
                     let note = process.death_note().await;
                     process.stop().await;
                     return Err(McpError::Unreachable {
                         server: name.to_string(),
-                        detail: format!("failed during startup: {note}"),
+                        detail: match refused {
+                            Some(refused) => format!("failed during startup: {refused}"),
+                            None => format!("failed during startup: {note}"),
+                        },
                     });
                 }
                 Err(_) => {
@@ -423,7 +442,11 @@ impl ServerConnection {
         self.stale.tools.store(false, Ordering::SeqCst);
         let session = self.live().await?;
         let tools = self
-            .request(&session, "tools/list", session.client.list_all_tools())
+            .request(
+                &session,
+                "tools/list",
+                all_pages(|page| session.client.list_tools(page)),
+            )
             .await?;
         let tools: Vec<Tool> = self.convert("tools/list", tools)?;
         Ok(tools
@@ -649,7 +672,7 @@ impl ServerConnection {
             .request(
                 &session,
                 "resources/list",
-                session.client.list_all_resources(),
+                all_pages(|page| session.client.list_resources(page)),
             )
             .await?;
         self.convert("resources/list", list)
@@ -665,7 +688,7 @@ impl ServerConnection {
             .request(
                 &session,
                 "resources/templates/list",
-                session.client.list_all_resource_templates(),
+                all_pages(|page| session.client.list_resource_templates(page)),
             )
             .await?;
         self.convert("resources/templates/list", list)
@@ -693,7 +716,11 @@ impl ServerConnection {
         }
         let session = self.live().await?;
         let list = self
-            .request(&session, "prompts/list", session.client.list_all_prompts())
+            .request(
+                &session,
+                "prompts/list",
+                all_pages(|page| session.client.list_prompts(page)),
+            )
             .await?;
         self.convert("prompts/list", list)
     }
@@ -949,6 +976,71 @@ impl ServerConnection {
                 ),
             })
     }
+}
+
+/// A page of a paginated list.
+trait Page {
+    type Item;
+    fn split(self) -> (Vec<Self::Item>, Option<String>);
+}
+
+macro_rules! page {
+    ($result:ty, $items:ident, $item:ty) => {
+        impl Page for $result {
+            type Item = $item;
+            fn split(self) -> (Vec<$item>, Option<String>) {
+                (self.$items, self.next_cursor)
+            }
+        }
+    };
+}
+page!(rmcp::model::ListToolsResult, tools, rmcp::model::Tool);
+page!(rmcp::model::ListPromptsResult, prompts, rmcp::model::Prompt);
+page!(
+    rmcp::model::ListResourcesResult,
+    resources,
+    rmcp::model::Resource
+);
+page!(
+    rmcp::model::ListResourceTemplatesResult,
+    resource_templates,
+    rmcp::model::ResourceTemplate
+);
+
+/// The most pages one listing may take: far beyond any real server, near enough that a server
+/// whose cursors never end is stopped before it costs much memory.
+const MAX_PAGES: usize = 1_000;
+
+/// Every page of a list. Unlike rmcp's `list_all_*`, stops a server that repeats a cursor or
+/// pages without end (those would otherwise grow the list until the request timed out).
+async fn all_pages<P: Page, Fut>(
+    mut list: impl FnMut(Option<rmcp::model::PaginatedRequestParams>) -> Fut,
+) -> Result<Vec<P::Item>, ServiceError>
+where
+    Fut: Future<Output = Result<P, ServiceError>>,
+{
+    let params = |cursor| Some(rmcp::model::PaginatedRequestParams::default().with_cursor(cursor));
+    let (mut items, mut cursor) = list(params(None)).await?.split();
+    let mut seen = std::collections::HashSet::new();
+    while let Some(next) = cursor {
+        let broken = if !seen.insert(next.clone()) {
+            Some(format!("the server sent the cursor \"{next}\" twice"))
+        } else if seen.len() >= MAX_PAGES {
+            Some(format!("the listing did not end after {MAX_PAGES} pages"))
+        } else {
+            None
+        };
+        if let Some(why) = broken {
+            return Err(ServiceError::McpError(rmcp::ErrorData::internal_error(
+                format!("pagination that never ends: {why}"),
+                None,
+            )));
+        }
+        let (page, next) = list(params(Some(next))).await?.split();
+        items.extend(page);
+        cursor = next;
+    }
+    Ok(items)
 }
 
 /// What an argument completion is for.

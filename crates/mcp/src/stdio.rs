@@ -289,7 +289,9 @@ async fn pump_stdout(
             Ok(Some(total)) => total,
             Ok(None) | Err(_) => break,
         };
+        // A byte order mark is not JSON, but says nothing wrong about what follows it.
         let trimmed = line.trim_ascii();
+        let trimmed = trimmed.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(trimmed);
         if trimmed.is_empty() {
             continue;
         }
@@ -367,6 +369,23 @@ struct Envelope<'a> {
     jsonrpc: Option<std::borrow::Cow<'a, str>>,
     id: Option<serde::de::IgnoredAny>,
     method: Option<serde::de::IgnoredAny>,
+    /// Parsed whole: error objects are small, and rmcp drops one that is misshapen.
+    error: Option<serde_json::Value>,
+}
+
+/// What is wrong with a JSON-RPC error object, if anything.
+fn error_shape_problem(error: &serde_json::Value) -> Option<&'static str> {
+    use serde_json::Value;
+    match error {
+        Value::Object(fields) if !fields.get("code").is_some_and(Value::is_i64) => {
+            Some("its error object has no integer \"code\"")
+        }
+        Value::Object(fields) if !fields.get("message").is_some_and(Value::is_string) => {
+            Some("its error object has no \"message\" text")
+        }
+        Value::Object(_) => None,
+        _ => Some("its \"error\" is not an object"),
+    }
 }
 
 /// serde_json (and so rmcp) refuses JSON nested deeper than this.
@@ -395,7 +414,16 @@ fn judge(line: &[u8]) -> Verdict {
     let Ok(text) = std::str::from_utf8(line) else {
         return Verdict::Unreadable("its message is not valid UTF-8".into());
     };
-    match serde_json::from_str::<Envelope<'_>>(text) {
+    let envelope = serde_json::from_str::<Envelope<'_>>(text);
+    if let Some(problem) = envelope
+        .as_ref()
+        .ok()
+        .and_then(|e| e.error.as_ref())
+        .and_then(error_shape_problem)
+    {
+        return Verdict::Unreadable(problem.into());
+    }
+    match envelope {
         Ok(envelope) if envelope.jsonrpc.as_deref() == Some("2.0") => Verdict::Message,
         Ok(envelope) if envelope.id.is_none() && envelope.method.is_none() => {
             // JSON, but not JSON-RPC: treat it as stray output like any other log line.
@@ -583,6 +611,24 @@ mod tests {
             judge(br#"{"id":1,"result":{}}"#),
             Verdict::Unreadable(why) if why.contains("jsonrpc")
         ));
+        // rmcp drops a misshapen error object without a word; the call must hear why.
+        assert_eq!(
+            judge(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"no"}}"#),
+            Verdict::Message
+        );
+        for (line, why) in [
+            (
+                &br#"{"jsonrpc":"2.0","id":1,"error":{"code":"E"}}"#[..],
+                "integer",
+            ),
+            (br#"{"jsonrpc":"2.0","id":1,"error":{"code":1}}"#, "message"),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"error":"bad"}"#,
+                "not an object",
+            ),
+        ] {
+            assert!(matches!(judge(line), Verdict::Unreadable(w) if w.contains(why)));
+        }
         let deep = format!(
             r#"{{"jsonrpc":"2.0","id":7,"result":{}{}}}"#,
             "[".repeat(1000),
