@@ -361,4 +361,30 @@ mod tests {
             "Tool result for a__x (call c1):\n5\n\nTool error for a__y (call c2):\nbad"
         );
     }
+
+    proptest::proptest! {
+        /// A model can write anything; reading calls out of it never panics.
+        #[test]
+        fn any_answer_is_read_without_panicking(text in "\\PC{0,300}") {
+            let _ = parse_tool_calls(&text);
+            let _ = parse_lenient(&text);
+        }
+
+        /// A call in a fenced block inside prose is found, with its arguments intact.
+        #[test]
+        fn a_fenced_call_is_found_in_any_prose(
+            before in "[a-zA-Z .,!?]{0,80}",
+            after in "[a-zA-Z .,!?]{0,80}",
+            name in "[a-z][a-z_]{0,15}",
+            n in proptest::num::i64::ANY,
+            word in "[^`\\p{C}]{0,20}",
+        ) {
+            let call = json!({"name": name, "arguments": {"n": n, "word": word}});
+            let text = format!("{before}\n```json\n{call}\n```\n{after}");
+            let calls = parse_tool_calls(&text);
+            proptest::prop_assert_eq!(calls.len(), 1, "{} → {:?}", text, calls);
+            proptest::prop_assert_eq!(&calls[0].name, &name);
+            proptest::prop_assert_eq!(&calls[0].arguments, &json!({"n": n, "word": word}));
+        }
+    }
 }

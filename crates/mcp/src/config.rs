@@ -755,6 +755,7 @@ fn sanitize_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
     fn parse(text: &str) -> Result<Config, McpError> {
         Config::parse_with_env(text, Path::new("cfg.json"), &|v| match v {
@@ -913,5 +914,34 @@ mod tests {
             adhoc_url("https://mcp.example.com/mcp", &[]).unwrap().name,
             "mcp"
         );
+    }
+
+    proptest::proptest! {
+        /// Whatever the config file holds, loading it gives a config or an error naming the
+        /// file; it never panics.
+        #[test]
+        fn any_config_text_loads_or_names_the_file(text in "\\PC{0,200}") {
+            if let Err(error) = parse(&text) {
+                proptest::prop_assert!(error.to_string().contains("cfg.json"), "{}", error);
+            }
+        }
+
+        /// The same for JSON of the right outer shape with arbitrary server entries.
+        #[test]
+        fn any_server_entry_loads_or_names_the_file(
+            name in "\\PC{0,12}",
+            key in "(command|args|url|env|timeout|disabled|type|headers|x)",
+            value in proptest::prop_oneof![
+                proptest::strategy::Just(serde_json::json!(null)),
+                proptest::num::f64::ANY.prop_map(|f| serde_json::json!(f)),
+                "\\PC{0,20}".prop_map(|s| serde_json::json!(s)),
+                proptest::collection::vec("\\PC{0,8}", 0..3).prop_map(|v| serde_json::json!(v)),
+            ],
+        ) {
+            let text = serde_json::json!({"mcpServers": {name: {key: value}}}).to_string();
+            if let Err(error) = parse(&text) {
+                proptest::prop_assert!(error.to_string().contains("cfg.json"), "{}", error);
+            }
+        }
     }
 }

@@ -263,4 +263,44 @@ mod tests {
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].data, "{\"city\": \"Zürich ☀\"}");
     }
+
+    proptest::proptest! {
+        /// However the stream is cut into chunks, the same events come out.
+        #[test]
+        fn chunking_never_changes_the_events(
+            events in proptest::collection::vec(("[a-z]{0,8}", "\\PC{0,40}"), 0..8),
+            cuts in proptest::collection::vec(0usize..400, 0..12),
+        ) {
+            let mut stream = String::new();
+            for (event, data) in &events {
+                if !event.is_empty() {
+                    stream.push_str(&format!("event: {event}\n"));
+                }
+                stream.push_str(&format!("data: {data}\n\n"));
+            }
+            let bytes = stream.as_bytes();
+            let mut whole = SseParser::default();
+            let expected = whole.feed(bytes);
+            let mut points: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
+            points.sort_unstable();
+            let mut chunked = SseParser::default();
+            let mut got = Vec::new();
+            let mut from = 0;
+            for at in points.into_iter().chain([bytes.len()]) {
+                got.extend(chunked.feed(&bytes[from..at]));
+                from = at;
+            }
+            proptest::prop_assert_eq!(&got, &expected);
+            proptest::prop_assert_eq!(got.len(), events.len());
+        }
+
+        /// Arbitrary bytes never panic the parser.
+        #[test]
+        fn any_bytes_are_parsed_without_panicking(chunks in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..64), 0..8)) {
+            let mut parser = SseParser::default();
+            for chunk in chunks {
+                let _ = parser.feed(&chunk);
+            }
+        }
+    }
 }

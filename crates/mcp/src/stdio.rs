@@ -669,4 +669,30 @@ mod tests {
             None
         );
     }
+
+    proptest::proptest! {
+        /// Whatever bytes a server writes, judging them never panics.
+        #[test]
+        fn any_line_is_judged_without_panicking(line in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = judge(&line);
+            let _ = top_level_id(&line);
+        }
+
+        /// The id of an answer is found even when the rest of the line is cut anywhere or
+        /// spoiled, which is what lets an unreadable answer fail its own call.
+        #[test]
+        fn the_id_survives_whatever_follows_it(id in 0u64..1_000_000_000, tail in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            let mut line = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#).into_bytes();
+            line.extend(tail);
+            proptest::prop_assert_eq!(top_level_id(&line), Some(id.to_string()));
+        }
+
+        /// Every well-formed JSON-RPC message goes through.
+        #[test]
+        fn well_formed_messages_pass(id in 0u64..1_000_000, text in "\\PC{0,64}", nested in 0usize..100) {
+            let value = (0..nested).fold(serde_json::json!(text), |v, _| serde_json::json!([v]));
+            let line = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {"content": value}}).to_string();
+            proptest::prop_assert_eq!(judge(line.as_bytes()), Verdict::Message);
+        }
+    }
 }

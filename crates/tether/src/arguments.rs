@@ -139,4 +139,29 @@ mod tests {
         assert_eq!(Value::Object(args), json!({"a": 2, "b": 3}));
         assert!(tool_arguments(&words(&["[1]"]), &json!({})).is_err());
     }
+
+    proptest::proptest! {
+        /// Whatever a person types, arguments parse or say what is wrong; never a panic.
+        #[test]
+        fn any_words_parse_or_explain(words in proptest::collection::vec("\\PC{0,24}", 0..5)) {
+            let schema = json!({"type": "object", "properties": {
+                "a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"},
+                "d": {"type": "array"}, "e": {"type": "number"}}});
+            if let Err(message) = tool_arguments(&words, &schema) {
+                proptest::prop_assert!(!message.is_empty());
+            }
+            let _ = prompt_arguments(&words);
+        }
+
+        /// `key=value` is typed by the schema: the integer for an integer, the text as typed
+        /// for a string.
+        #[test]
+        fn values_are_typed_by_the_schema(n in proptest::num::i64::ANY, text in "[^\\x00]{0,24}") {
+            let schema = json!({"type": "object", "properties": {
+                "a": {"type": "integer"}, "b": {"type": "string"}}});
+            let parsed = tool_arguments(&[format!("a={n}"), format!("b={text}")], &schema).unwrap();
+            proptest::prop_assert_eq!(&parsed["a"], &json!(n));
+            proptest::prop_assert_eq!(&parsed["b"], &json!(text));
+        }
+    }
 }
