@@ -27,8 +27,9 @@ use tether_protocol::{QualifiedTool, ToolResult};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use crate::overflow;
 use crate::prompt_mode::{parse_tool_calls, render_history, tools_prompt};
-use crate::results::{DEFAULT_MAX_RESULT_CHARS, result_for_model, truncate};
+use crate::results::{DEFAULT_MAX_RESULT_CHARS, result_text, truncate};
 
 /// How tools are offered to the model.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -65,6 +66,9 @@ pub struct AgentOptions {
     /// The model's context window in tokens, when known: near it, old tool results are
     /// shortened instead of the request failing.
     pub context_window: Option<usize>,
+    /// Where results longer than `max_result_chars` are saved whole, for the model to page
+    /// through with `read_result`; `None` cuts them with no way back.
+    pub saved_results: Option<std::path::PathBuf>,
 }
 
 impl Default for AgentOptions {
@@ -79,6 +83,7 @@ impl Default for AgentOptions {
             retry: RetryPolicy::default(),
             max_identical_failures: 3,
             context_window: None,
+            saved_results: None,
         }
     }
 }
@@ -456,7 +461,10 @@ impl<'a> Agent<'a> {
                 record(conversation, update, events);
             }
             let snapshot = self.catalog.snapshot();
-            let offered = self.selection.offer(&snapshot);
+            let mut offered = self.selection.offer(&snapshot);
+            if self.options.saved_results.is_some() && overflow::any_saved(conversation) {
+                offered.push(overflow::definition());
+            }
             self.fit_context(conversation, &offered, events);
             let request = self.request(conversation, offered);
             let response = match self.call_model(&request, events, cancel).await {
@@ -674,6 +682,15 @@ impl<'a> Agent<'a> {
         call: ToolCall,
         events: &UnboundedSender<AgentEvent>,
     ) -> Checked {
+        if call.name == overflow::READ_RESULT_TOOL
+            && let Some(dir) = &self.options.saved_results
+        {
+            let arguments = serde_json::from_str::<Value>(&call.arguments).unwrap_or_default();
+            return match overflow::read(dir, &arguments, self.options.max_result_chars) {
+                Ok(text) => Checked::Answered { call, text },
+                Err(message) => Checked::Refused { call, message },
+            };
+        }
         let known = call.name == SEARCH_TOOL
             || call.name == META_TOOL
             || snapshot.resolve(&call.name).is_some();
@@ -903,7 +920,17 @@ impl<'a> Agent<'a> {
 
     fn model_view(&self, result: &ToolResult) -> (String, Vec<tether_protocol::chat::ImageData>) {
         let images_ok = self.provider.accepts_tool_images() && !self.prompt_mode;
-        result_for_model(result, self.options.max_result_chars, images_ok)
+        let max = self.options.max_result_chars;
+        let (text, images) = result_text(result, images_ok);
+        if text.chars().count() <= max {
+            return (text, images);
+        }
+        let saved = self
+            .options
+            .saved_results
+            .as_deref()
+            .and_then(|dir| overflow::save(dir, &text, max));
+        (saved.unwrap_or_else(|| truncate(text, max)), images)
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod attachments;
 pub mod context;
+pub mod overflow;
 pub mod prompt_mode;
 pub mod results;
 pub mod sampling;

@@ -8,12 +8,22 @@ use tether_protocol::{ContentBlock, ToolResult};
 /// Default cap on a result's text, in characters.
 pub const DEFAULT_MAX_RESULT_CHARS: usize = 20_000;
 
-/// The text (and images) of a tool result for the model.
+/// The largest image passed to a model (Anthropic's own limit per image; OpenAI's is higher):
+/// a bigger one would fail the whole request, or fill the context with one picture.
+pub const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
+
+/// The text (and images) of a tool result for the model, cut to `max_chars` with a note.
 pub fn result_for_model(
     result: &ToolResult,
     max_chars: usize,
     images_accepted: bool,
 ) -> (String, Vec<ImageData>) {
+    let (text, images) = result_text(result, images_accepted);
+    (truncate(text, max_chars), images)
+}
+
+/// The whole text (and images) of a tool result for the model, uncut.
+pub fn result_text(result: &ToolResult, images_accepted: bool) -> (String, Vec<ImageData>) {
     let mut parts: Vec<String> = Vec::new();
     let mut images = Vec::new();
     let base64_bytes = |data: &str| data.trim().len() / 4 * 3;
@@ -21,7 +31,13 @@ pub fn result_for_model(
         match block {
             ContentBlock::Text { text } => parts.push(text.clone()),
             ContentBlock::Image { data, mime_type } => {
-                if images_accepted {
+                if base64_bytes(data) > MAX_IMAGE_BYTES {
+                    parts.push(format!(
+                        "[image {mime_type}, about {} bytes: over the {} MB a model is sent, so left out]",
+                        base64_bytes(data),
+                        MAX_IMAGE_BYTES / (1024 * 1024)
+                    ));
+                } else if images_accepted {
                     images.push(ImageData {
                         data: data.clone(),
                         mime_type: mime_type.clone(),
@@ -93,7 +109,7 @@ pub fn result_for_model(
     if result.is_error {
         text = format!("Error: {text}");
     }
-    (truncate(text, max_chars), images)
+    (text, images)
 }
 
 /// The scalar values of a JSON value, as they would appear in text.
@@ -144,6 +160,19 @@ mod tests {
         );
         let (_, images) = result_for_model(&r, 1000, true);
         assert_eq!(images.len(), 1);
+    }
+
+    #[test]
+    fn an_image_over_the_limit_is_left_out_with_a_note() {
+        let big = "A".repeat((MAX_IMAGE_BYTES / 3 + 1) * 4);
+        let r =
+            result(json!({"content": [{"type": "image", "data": big, "mimeType": "image/png"}]}));
+        let (text, images) = result_for_model(&r, 1000, true);
+        assert!(images.is_empty());
+        assert!(
+            text.contains("over the 5 MB a model is sent, so left out"),
+            "{text}"
+        );
     }
 
     #[test]

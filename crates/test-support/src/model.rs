@@ -73,6 +73,9 @@ pub enum Reply {
         /// What then comes.
         reply: Box<Reply>,
     },
+    /// The reply this function makes of the request's body: for a model that must answer
+    /// with something only the request tells (a file name the client chose).
+    FromRequest(fn(&Value) -> Reply),
     /// A raw HTTP response, for errors.
     Http {
         /// Status code.
@@ -229,6 +232,10 @@ fn serve(stream: TcpStream, wire: Wire, log: &Mutex<Vec<Recorded>>, script: &Scr
         gate.wait();
         reply = Some(*later);
     }
+    if let Some(Reply::FromRequest(make)) = reply {
+        let last = log.lock().expect("lock").last().map(|r| r.body.clone());
+        reply = Some(make(&last.unwrap_or_default()));
+    }
     let mut out = stream;
     match reply {
         None => write_plain(
@@ -295,7 +302,7 @@ fn write_stream(out: &mut TcpStream, wire: Wire, reply: &Reply) {
             std::thread::sleep(Duration::from_secs(60));
             return;
         }
-        Reply::Http { .. } | Reply::Held { .. } => return,
+        Reply::Http { .. } | Reply::Held { .. } | Reply::FromRequest(_) => return,
     };
     let frames = match wire {
         Wire::OpenAi => openai_frames(&text, &calls),

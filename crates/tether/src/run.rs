@@ -156,6 +156,7 @@ pub(crate) async fn setup(
         approval_rules,
         system_prompt: args.system_prompt.clone(),
         context_window: context_window(settings, provider.as_ref()),
+        saved_results: crate::session::results_dir(),
         ..AgentOptions::default()
     };
     Ok(Setup {

@@ -53,20 +53,27 @@ pub enum Record {
     },
 }
 
-/// The tool pin file: `$TETHER_DATA_DIR/pins.json`, else in the user's data dir.
-pub fn pins_path() -> Option<PathBuf> {
+/// Tether's data dir: `$TETHER_DATA_DIR`, else `tether` in the user's data dir.
+fn data_dir() -> Option<PathBuf> {
     match std::env::var_os("TETHER_DATA_DIR") {
-        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir).join("pins.json")),
-        _ => dirs::data_dir().map(|d| d.join("tether").join("pins.json")),
+        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
+        _ => dirs::data_dir().map(|d| d.join("tether")),
     }
 }
 
-/// The directory of session files: `$TETHER_DATA_DIR/sessions`, else the user's data dir.
+/// Where tool results too long for the model are saved whole.
+pub fn results_dir() -> Option<PathBuf> {
+    data_dir().map(|d| d.join("results"))
+}
+
+/// The tool pin file.
+pub fn pins_path() -> Option<PathBuf> {
+    data_dir().map(|d| d.join("pins.json"))
+}
+
+/// The directory of session files.
 pub fn sessions_dir() -> Option<PathBuf> {
-    match std::env::var_os("TETHER_DATA_DIR") {
-        Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir).join("sessions")),
-        _ => dirs::data_dir().map(|d| d.join("tether").join("sessions")),
-    }
+    data_dir().map(|d| d.join("sessions"))
 }
 
 /// An open session file that records as the conversation goes.

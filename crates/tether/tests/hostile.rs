@@ -623,3 +623,86 @@ fn a_tool_that_changes_between_runs_is_reported_and_needs_approval_until_accepte
     assert!(!stderr.contains("changed since"), "{stderr}");
     assert_eq!(told, "ok");
 }
+
+/// The model's next move after a cut result: read on from where the note says, in the file
+/// the note names (known only from the request).
+fn read_on(request: &Value) -> Reply {
+    let note = request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let file = note
+        .split("\"file\": \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap();
+    let arguments = json!({"file": file, "offset": 20000}).to_string();
+    Reply::call("c2", "read_result", &arguments)
+}
+
+#[test]
+fn a_result_too_long_for_the_model_is_saved_and_read_page_by_page() {
+    let dir = workdir("long-result");
+    let config = misbehaving_config(&dir, "long-result", json!({}));
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "flaky__boom", "{}"),
+            Reply::FromRequest(read_on),
+            Reply::text("done"),
+        ],
+    );
+    let output = scripted_run(
+        &dir,
+        &model,
+        &["--config", config.to_str().unwrap()],
+        &["--approve", "auto"],
+        "get the long list",
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let requests = model.requests();
+    let offers = |n: usize| {
+        requests[n].body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["function"]["name"] == "read_result")
+    };
+    assert!(
+        !offers(0),
+        "read_result is offered only once a result was cut"
+    );
+    assert!(offers(1));
+    let first = tool_reply(&requests[1], "c1");
+    assert!(first.starts_with("line 00000\n"), "{first}");
+    assert!(
+        first.contains("[cut: the result was 55000 characters; the first 20000 are shown."),
+        "{}",
+        &first[first.len() - 400..]
+    );
+    let page = tool_reply(&requests[2], "c2");
+    assert!(page.contains("line 02000\n"), "{page}");
+    assert!(
+        page.contains("characters 20000–40000 of 55000") && page.contains("offset 40000"),
+        "{}",
+        &page[page.len() - 300..]
+    );
+    // The whole result stays on disk, private to the user.
+    let saved: Vec<_> = std::fs::read_dir(dir.join("data/results"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(saved.len(), 1);
+    assert_eq!(std::fs::read_to_string(&saved[0]).unwrap().len(), 55000);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&saved[0]).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}
