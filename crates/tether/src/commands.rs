@@ -66,6 +66,9 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
         }
         Command::ConformanceClient { url } => crate::conformance::run(url).await,
         Command::Auth { action } => crate::auth::command(&servers, action, json).await,
+        Command::Servers if servers.is_empty() => {
+            servers_command(&builtin_when_unconfigured(true)?, json, shared).await
+        }
         Command::Servers => servers_command(&servers, json, shared).await,
         Command::Pins { action } => pins_command(&servers, action, json, shared).await,
         Command::Tools {
@@ -217,17 +220,34 @@ fn with_builtin(mut servers: Vec<ServerConfig>) -> Result<Vec<ServerConfig>, Fai
     Ok(servers)
 }
 
+/// The built-in server, for a tester command run where no servers are configured; `say` tells
+/// the user so (not when they named `builtin` themselves).
+fn builtin_when_unconfigured(say: bool) -> Result<Vec<ServerConfig>, Failure> {
+    if say {
+        eprintln!(
+            "note: no MCP servers configured, so this is the built-in server `run` and `chat` use here; pass --stdio \"COMMAND ARGS\" or --url URL, or write .tether.json (see README), to test your own"
+        );
+    }
+    with_builtin(Vec::new())
+}
+
 /// Starts one named server, or all of them.
 async fn start(
     servers: &[ServerConfig],
     only: Option<&str>,
     host: &Arc<dyn HostHandler>,
 ) -> Result<ServerRegistry, Failure> {
+    // With nothing configured the tester sees what `run` and `chat` would use: the built-in
+    // tools.
+    let builtin;
+    let servers = if servers.is_empty() {
+        builtin = builtin_when_unconfigured(only.is_none())?;
+        &builtin[..]
+    } else {
+        servers
+    };
     match only {
         Some(name) => Ok(ServerRegistry::start_one(servers, name, host.clone()).await?),
-        None if servers.is_empty() => Err(Failure::usage(
-            "no MCP servers configured; pass --stdio \"COMMAND ARGS\" or --url URL, or write .tether.json (see README)",
-        )),
         None => Ok(ServerRegistry::start(servers.to_vec(), host.clone()).await),
     }
 }

@@ -720,9 +720,6 @@ fn missing_program_and_unreachable_url() {
 
 #[test]
 fn usage_errors_exit_1() {
-    let run = tether(&["tools"]);
-    assert_eq!(run.code, 1);
-    assert!(run.only_error().contains("no MCP servers configured"));
     let run = tether(&["frobnicate"]);
     assert_eq!(run.code, 1);
 }
@@ -745,4 +742,23 @@ fn a_closed_stdout_pipe_is_a_clean_exit() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// With nothing configured, the tester shows what `run` and `chat` would use: the built-in
+/// server, and says so.
+#[test]
+fn with_no_servers_the_tester_sees_the_builtin_tools() {
+    let run = tether(&["tools"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("builtin__add"), "{}", run.stdout);
+    assert!(
+        run.stderr
+            .contains("no MCP servers configured, so this is the built-in server"),
+        "{}",
+        run.stderr
+    );
+    let run = tether(&["call", "builtin", "add", "a=2", "b=3"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "5");
+    assert!(!run.stderr.contains("note:"), "{}", run.stderr);
 }
