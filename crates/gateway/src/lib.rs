@@ -253,8 +253,9 @@ impl Gateway {
         let connection = self.connection(server)?;
         let id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let _registered = InFlightGuard::register(&self.in_flight, server, id, caller.clone());
-        let call = connection.call_tool(tool, Some(arguments), caller.progress());
-        tokio::select! {
+        let (progress, relayed) = caller.progress().unzip();
+        let call = connection.call_tool(tool, Some(arguments), progress);
+        let outcome = tokio::select! {
             result = call => match result {
                 Ok(result) => Ok(result),
                 Err(McpError::UnknownItem { .. }) => Err(ServeError::NotFound { what: "tool", name: tool.to_string() }),
@@ -262,7 +263,13 @@ impl Gateway {
             },
             // Dropping the call sends notifications/cancelled upstream.
             _ = caller.cancelled() => Err(ServeError::Refused(format!("the client cancelled the call to \"{tool}\""))),
+        };
+        // Progress the server sent before its answer reaches the client before the answer
+        // does (the call has dropped its sender, so the relay ends once it has sent it all).
+        if let Some(relayed) = relayed {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), relayed).await;
         }
+        outcome
     }
 
     /// Which server owns `uri`, from the listings (refreshed once when unknown).

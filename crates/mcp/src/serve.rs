@@ -123,12 +123,14 @@ impl std::fmt::Debug for Caller {
 
 impl Caller {
     /// A sender for this request's progress, when the client asked for progress; each
-    /// value sent becomes one `notifications/progress` with the client's token.
-    pub fn progress(&self) -> Option<UnboundedSender<Progress>> {
+    /// value sent becomes one `notifications/progress` with the client's token. The handle
+    /// finishes once every sender is dropped and all progress is sent: await it before
+    /// answering, so no progress arrives after the result.
+    pub fn progress(&self) -> Option<(UnboundedSender<Progress>, tokio::task::JoinHandle<()>)> {
         let token = self.context.meta.get_progress_token()?;
         let peer = self.context.peer.clone();
         let (sender, mut receiver) = unbounded_channel::<Progress>();
-        tokio::spawn(async move {
+        let relay = tokio::spawn(async move {
             while let Some(progress) = receiver.recv().await {
                 let value = json!({
                     "progressToken": token,
@@ -144,7 +146,7 @@ impl Caller {
                 }
             }
         });
-        Some(sender)
+        Some((sender, relay))
     }
 
     /// Resolves when the client cancels this request (or goes away).
