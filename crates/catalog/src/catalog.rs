@@ -226,7 +226,8 @@ struct Pinning {
 }
 
 impl Pinning {
-    /// Checks one server's tools, remembers its changed tools and saves the book.
+    /// Checks one server's tools, remembers its changed tools and saves the book if the check
+    /// changed it (a run that finds every tool as pinned writes nothing).
     fn check(&mut self, server: &str, endpoint: &str, tools: &[Tool]) -> PinReport {
         let mut report = self.book.check(server, endpoint, tools);
         self.changed.retain(|(s, _), _| s != server);
@@ -234,9 +235,11 @@ impl Pinning {
             self.changed
                 .insert((server.to_string(), tool.clone()), diff.join("; "));
         }
+        // Changed tools keep their old pins, so only these alter the book.
+        let altered = report.first_seen || !report.added.is_empty() || !report.removed.is_empty();
         // A pin file that cannot be written does not stop the run: the changes are still
         // enforced now, and the next run reports them again.
-        if let Err(error) = self.book.save() {
+        if altered && let Err(error) = self.book.save() {
             report.save_error = Some(error.to_string());
         }
         report

@@ -261,16 +261,16 @@ async fn open_session(
                 Ok(Ok(client)) => (client, Some(process)),
                 Ok(Err(error)) => {
                     tracing::debug!(server = name, "handshake failed: {error:?}");
-                    // A server that refused the handshake said why; that beats its exit status.
-                    let refused = handshake_refusal(&error);
-                    let note = process.death_note().await;
+                    // A server that refused the handshake said why; only otherwise is its exit
+                    // worth waiting for.
+                    let why = match handshake_refusal(&error) {
+                        Some(refused) => refused,
+                        None => process.death_note().await,
+                    };
                     process.stop().await;
                     return Err(McpError::Unreachable {
                         server: name.to_string(),
-                        detail: match refused {
-                            Some(refused) => format!("failed during startup: {refused}"),
-                            None => format!("failed during startup: {note}"),
-                        },
+                        detail: format!("failed during startup: {why}"),
                     });
                 }
                 Err(_) => {
