@@ -17,7 +17,7 @@ use tether_catalog::policy::{ApprovalMode, ApprovalRules, Decision, Hints, decid
 use tether_catalog::selection::{
     Resolved, SelectionMode, SelectionOptions, ToolSelection, selection_for,
 };
-use tether_catalog::{Snapshot, ToolCatalog};
+use tether_catalog::{ServerTools, Snapshot, ToolCatalog};
 use tether_mcp::router::qualify;
 use tether_mcp::{
     Caller, Completion, ElicitationAnswer, ElicitationRequest, HostHandler, McpError, McpService,
@@ -211,6 +211,7 @@ impl Gateway {
         Arc::new(GatewaySession {
             gateway: self.clone(),
             selection,
+            allowed_view: Mutex::default(),
         })
     }
 
@@ -495,7 +496,13 @@ fn text_result(text: String) -> ToolResult {
 pub struct GatewaySession {
     gateway: Arc<Gateway>,
     selection: Arc<dyn ToolSelection>,
+    /// The last tool view cut down to a principal's allow-list: the catalogue snapshot it was
+    /// cut from, the allow-list, and the view (a session keeps one principal, so one entry
+    /// spares rebuilding the search index on every request).
+    allowed_view: Mutex<Option<AllowedView>>,
 }
+
+type AllowedView = (Arc<Snapshot>, Vec<String>, Arc<Snapshot>);
 
 impl std::fmt::Debug for GatewaySession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -506,6 +513,57 @@ impl std::fmt::Debug for GatewaySession {
 }
 
 impl GatewaySession {
+    /// The tools `caller` may see: all of them, or those its principal's allow-list names
+    /// (by qualified name or by the name the client sees). Everything a client does with tools
+    /// (listing, searching, `mcp_query`, calling) goes through this view, so a tool outside
+    /// the allow-list does not exist for that client.
+    fn snapshot_for(&self, caller: &Caller) -> Arc<Snapshot> {
+        let full = self.gateway.catalog.snapshot();
+        let Some(principal) = caller.principal() else {
+            return full;
+        };
+        let Some(globs) = &principal.allowed_tools else {
+            return full;
+        };
+        let mut cached = self.allowed_view.lock().ok();
+        if let Some(Some((source, list, view))) = cached.as_deref()
+            && Arc::ptr_eq(source, &full)
+            && list == globs
+        {
+            return view.clone();
+        }
+        let allowed: Vec<(&str, &str)> = full
+            .tools()
+            .iter()
+            .filter(|t| {
+                let exposed = self.gateway.exposed(&t.server, &t.tool.name);
+                principal.allows(&[&t.qualified_name, &exposed])
+            })
+            .map(|t| (t.server.as_str(), t.tool.name.as_str()))
+            .collect();
+        let servers = full
+            .servers()
+            .iter()
+            .map(|s| ServerTools {
+                server: s.server.clone(),
+                tools: s
+                    .tools
+                    .iter()
+                    .filter(|t| allowed.contains(&(s.server.as_str(), t.name.as_str())))
+                    .cloned()
+                    .collect(),
+                always_load: s.always_load,
+            })
+            // A server none of whose tools are allowed is not named to this client either.
+            .filter(|s| !s.tools.is_empty())
+            .collect();
+        let view = Arc::new(Snapshot::new(servers));
+        if let Some(cached) = cached.as_deref_mut() {
+            *cached = Some((full.clone(), globs.clone(), view.clone()));
+        }
+        view
+    }
+
     /// What a client's call named `name` stands for.
     fn resolve(&self, snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved {
         if !self.gateway.options.prefix
@@ -600,8 +658,8 @@ impl McpService for GatewaySession {
         }
     }
 
-    async fn list_tools(&self) -> Result<Vec<Tool>, ServeError> {
-        let snapshot = self.gateway.catalog.snapshot();
+    async fn list_tools(&self, caller: &Caller) -> Result<Vec<Tool>, ServeError> {
+        let snapshot = self.snapshot_for(caller);
         let gateway = &self.gateway;
         let real = |tool: &tether_protocol::QualifiedTool| Tool {
             name: gateway.exposed(&tool.server, &tool.tool.name),
@@ -634,7 +692,7 @@ impl McpService for GatewaySession {
         arguments: Map<String, Value>,
         caller: &Caller,
     ) -> Result<ToolResult, ServeError> {
-        let snapshot = self.gateway.catalog.snapshot();
+        let snapshot = self.snapshot_for(caller);
         match self.resolve(&snapshot, name, Value::Object(arguments)) {
             Resolved::Unknown => Err(ServeError::NotFound {
                 what: "tool",

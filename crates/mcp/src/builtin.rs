@@ -368,7 +368,7 @@ impl McpService for BuiltinServer {
         }
     }
 
-    async fn list_tools(&self) -> Result<Vec<Tool>, ServeError> {
+    async fn list_tools(&self, _caller: &Caller) -> Result<Vec<Tool>, ServeError> {
         Ok(builtin_tools())
     }
 

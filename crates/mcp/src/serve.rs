@@ -171,6 +171,16 @@ impl Caller {
             .is_some_and(|c| !c.is_null())
     }
 
+    /// Who sent this request over HTTP, when the endpoint authenticates; `None` on stdio and
+    /// on an open loopback endpoint.
+    pub fn principal(&self) -> Option<&crate::serve_auth::Principal> {
+        self.context
+            .extensions
+            .get::<http::request::Parts>()?
+            .extensions
+            .get::<crate::serve_auth::Principal>()
+    }
+
     /// The client's name and version, for logs.
     pub fn client_name(&self) -> Option<String> {
         self.context
@@ -240,8 +250,8 @@ impl Caller {
 pub trait McpService: Send + Sync + 'static {
     /// Name, version, instructions and which optional features it serves.
     fn info(&self) -> ServiceInfo;
-    /// The tools to list now.
-    async fn list_tools(&self) -> Result<Vec<Tool>, ServeError>;
+    /// The tools to list now for `caller` (whose principal may be allowed only some).
+    async fn list_tools(&self, caller: &Caller) -> Result<Vec<Tool>, ServeError>;
     /// Runs a tool.
     async fn call_tool(
         &self,
@@ -483,11 +493,12 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let caller = Caller { context };
         let tools = self
             .service
-            .list_tools()
+            .list_tools(&caller)
             .await
             .map_err(ServeError::into_error_data)?;
         result(json!({ "tools": tools }))

@@ -1,8 +1,9 @@
 //! Streamable HTTP for any [`McpService`]: rmcp's server transport (both protocol eras:
 //! 2025-11-25 sessions, 2026-07-28 stateless requests) behind the checks a server reachable
 //! over the network needs. Host and Origin are validated against DNS rebinding, bearer tokens
-//! are required when configured, request bodies are capped, and `/healthz` answers probes.
-//! The token stays here: nothing of the client's request is passed to upstream servers.
+//! (static or JWT, see [`crate::serve_auth`]) are required when configured, request bodies are
+//! capped, and `/healthz` answers probes. The token stays here: nothing of the client's request
+//! is passed to upstream servers; only the [`Principal`] it stands for travels with the request.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use crate::serve::{McpService, ServedService};
+use crate::serve_auth::{Authenticator, JwtSettings, Principal, Refusal, StaticToken};
 
 /// The path of the MCP endpoint.
 pub const MCP_PATH: &str = "/mcp";
@@ -29,9 +31,11 @@ pub const MCP_PATH: &str = "/mcp";
 /// How the HTTP endpoint admits requests.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
-    /// Bearer tokens that are accepted; empty admits every request (loopback only, which the
-    /// front end enforces).
-    pub tokens: Vec<String>,
+    /// Bearer tokens that are accepted, each with its tool allow-list; with no tokens and no
+    /// JWT settings every request is admitted (loopback only, which the front end enforces).
+    pub tokens: Vec<StaticToken>,
+    /// JWTs accepted besides the static tokens.
+    pub jwt: Option<JwtSettings>,
     /// Host names (or `host:port`) accepted in the `Host` header besides the loopback names.
     pub allowed_hosts: Vec<String>,
     /// Browser origins accepted (`https://app.example.com:443`); a request carrying any other
@@ -45,6 +49,7 @@ impl Default for HttpOptions {
     fn default() -> Self {
         HttpOptions {
             tokens: Vec::new(),
+            jwt: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             max_body_bytes: 4 * 1024 * 1024,
@@ -84,7 +89,7 @@ where
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let tokens = Arc::new(options.tokens);
+    let authenticator = Arc::new(Authenticator::new(options.tokens, options.jwt));
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -97,13 +102,13 @@ where
             },
         };
         let mcp = mcp.clone();
-        let tokens = tokens.clone();
+        let authenticator = authenticator.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
                 let mut mcp = mcp.clone();
-                let tokens = tokens.clone();
-                async move { Ok::<_, Infallible>(route(request, &mut mcp, &tokens, peer).await) }
+                let authenticator = authenticator.clone();
+                async move { Ok::<_, Infallible>(route(request, &mut mcp, &authenticator, peer).await) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service);
@@ -122,9 +127,9 @@ where
 type Body = BoxBody<Bytes, Infallible>;
 
 async fn route<M>(
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
     mcp: &mut M,
-    tokens: &[String],
+    authenticator: &Authenticator,
     peer: SocketAddr,
 ) -> Response<Body>
 where
@@ -133,9 +138,20 @@ where
     match request.uri().path() {
         "/healthz" => plain(StatusCode::OK, "ok"),
         MCP_PATH => {
-            if !tokens.is_empty() && !authorized(&request, tokens) {
-                tracing::info!(%peer, "refused a request without a valid bearer token");
-                return unauthorized();
+            if authenticator.required() {
+                let header = request
+                    .headers()
+                    .get(hyper::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok());
+                match authenticator.authenticate(header).await {
+                    Ok(principal) => {
+                        request.extensions_mut().insert::<Principal>(principal);
+                    }
+                    Err(refusal) => {
+                        tracing::info!(%peer, "refused a request: {refusal}");
+                        return refused(&refusal);
+                    }
+                }
             }
             match mcp.call(request).await {
                 Ok(response) => response,
@@ -149,60 +165,39 @@ where
     }
 }
 
-/// Whether the request carries one of `tokens` as its bearer token. Compared in constant
-/// time per token so response timing does not reveal a prefix.
-fn authorized(request: &Request<Incoming>, tokens: &[String]) -> bool {
-    let Some(given) = request
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-    else {
-        return false;
-    };
-    tokens.iter().fold(false, |found, token| {
-        found | same(token.as_bytes(), given.as_bytes())
-    })
-}
-
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn plain(status: StatusCode, text: &str) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(text.to_string())).boxed());
     *response.status_mut() = status;
     response
 }
 
-fn unauthorized() -> Response<Body> {
+/// A JSON-RPC error body with 401 (and `WWW-Authenticate`, RFC 6750) or 503.
+fn refused(refusal: &Refusal) -> Response<Body> {
+    let (status, message) = match refusal {
+        Refusal::Unauthorized(why) => (StatusCode::UNAUTHORIZED, format!("unauthorized: {why}")),
+        Refusal::Unavailable(why) => (StatusCode::SERVICE_UNAVAILABLE, why.clone()),
+    };
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": null,
-        "error": {"code": -32001, "message": "unauthorized: send \"Authorization: Bearer TOKEN\" with a token the gateway accepts"},
+        "error": {"code": -32001, "message": message},
     });
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
-    *response.status_mut() = StatusCode::UNAUTHORIZED;
-    response.headers_mut().insert(
-        hyper::header::WWW_AUTHENTICATE,
-        hyper::header::HeaderValue::from_static("Bearer"),
-    );
+    *response.status_mut() = status;
+    if status == StatusCode::UNAUTHORIZED {
+        // Quotes would end the parameter early; the JSON body carries the full text.
+        let description = refusal.to_string().replace(['"', '\\'], "'");
+        let challenge =
+            format!("Bearer error=\"invalid_token\", error_description=\"{description}\"");
+        if let Ok(value) = hyper::header::HeaderValue::from_str(&challenge) {
+            response
+                .headers_mut()
+                .insert(hyper::header::WWW_AUTHENTICATE, value);
+        }
+    }
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/json"),
     );
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::same;
-
-    #[test]
-    fn token_comparison() {
-        assert!(same(b"secret", b"secret"));
-        assert!(!same(b"secret", b"secreT"));
-        assert!(!same(b"secret", b"secret2"));
-        assert!(!same(b"", b"x"));
-    }
 }

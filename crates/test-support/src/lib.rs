@@ -8,6 +8,7 @@
 // Test fixtures: a broken fixture should fail the test loudly.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+pub mod jwt;
 pub mod model;
 pub mod terminal;
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 use tether_catalog::SelectionMode;
 use tether_gateway::{Gateway, GatewayOptions};
-use tether_mcp::{HttpOptions, MCP_PATH, ServerConfig};
+use tether_mcp::{HttpOptions, JwtSettings, MCP_PATH, ServerConfig, StaticToken};
 use tokio_util::sync::CancellationToken;
 
 use crate::Failure;
@@ -28,10 +28,31 @@ pub struct ServeArgs {
     /// [default: "toolSelection" from the config, else all].
     #[arg(long, value_enum, value_name = "MODE")]
     pub tools: Option<ToolsArg>,
-    /// With --http: a file of accepted bearer tokens, one per line (`#` starts a comment).
-    /// TETHER_SERVE_TOKENS (comma-separated) adds more. Required for a non-loopback address.
+    /// With --http: a file of accepted bearer tokens, one per line, each optionally followed
+    /// by the tools it may use (`TOKEN time__* everything__get-sum`; `#` starts a comment).
+    /// TETHER_SERVE_TOKENS (comma-separated, same form) adds more. A non-loopback address
+    /// needs tokens or --jwks-url.
     #[arg(long, value_name = "FILE", requires = "http")]
     pub token_file: Option<PathBuf>,
+    /// With --http: also accept JWTs signed by a key from this JWKS URL (https, or http on
+    /// loopback); needs --jwt-issuer and --jwt-audience.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TETHER_SERVE_JWKS_URL",
+        requires_all = ["http", "jwt_issuer", "jwt_audience"]
+    )]
+    pub jwks_url: Option<String>,
+    /// The `iss` a JWT must carry.
+    #[arg(long, value_name = "ISSUER", env = "TETHER_SERVE_JWT_ISSUER")]
+    pub jwt_issuer: Option<String>,
+    /// A value the JWT's `aud` must include.
+    #[arg(long, value_name = "AUDIENCE", env = "TETHER_SERVE_JWT_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+    /// The JWT claim listing the tools a token may use (globs, as an array or space-separated);
+    /// a token without it may use every tool.
+    #[arg(long, value_name = "CLAIM", default_value = "tether_tools")]
+    pub jwt_tools_claim: String,
     /// With --http: a browser origin allowed to call (e.g. https://app.example.com:443);
     /// repeatable. Requests from any other Origin are refused.
     #[arg(long, value_name = "ORIGIN", requires = "http")]
@@ -104,28 +125,32 @@ fn http_options(addr: SocketAddr, args: &ServeArgs) -> Result<HttpOptions, Failu
         let text = std::fs::read_to_string(path).map_err(|e| {
             Failure::usage(format!("--token-file {}: cannot read: {e}", path.display()))
         })?;
-        tokens.extend(
-            text.lines()
-                .map(|line| line.split('#').next().unwrap_or_default().trim())
-                .filter(|line| !line.is_empty())
-                .map(str::to_string),
-        );
+        tokens.extend(text.lines().filter_map(StaticToken::parse_line));
     }
     if let Ok(list) = std::env::var("TETHER_SERVE_TOKENS") {
-        tokens.extend(
-            list.split(',')
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .map(str::to_string),
-        );
+        tokens.extend(list.split(',').filter_map(StaticToken::parse_line));
     }
-    if !addr.ip().is_loopback() && tokens.is_empty() {
+    let jwt = match (&args.jwks_url, &args.jwt_issuer, &args.jwt_audience) {
+        (Some(url), Some(issuer), Some(audience)) => {
+            let settings = JwtSettings {
+                jwks_url: url.clone(),
+                issuer: issuer.clone(),
+                audience: audience.clone(),
+                tools_claim: args.jwt_tools_claim.clone(),
+            };
+            settings.check().map_err(Failure::usage)?;
+            Some(settings)
+        }
+        _ => None,
+    };
+    if !addr.ip().is_loopback() && tokens.is_empty() && jwt.is_none() {
         return Err(Failure::usage(format!(
-            "--http {addr}: a gateway reachable from other machines needs authentication; pass --token-file FILE or set TETHER_SERVE_TOKENS (or bind 127.0.0.1)"
+            "--http {addr}: a gateway reachable from other machines needs authentication; pass --token-file FILE, set TETHER_SERVE_TOKENS or --jwks-url (or bind 127.0.0.1)"
         )));
     }
     Ok(HttpOptions {
         tokens,
+        jwt,
         allowed_hosts: args.allow_host.clone(),
         allowed_origins: args.allow_origin.clone(),
         ..HttpOptions::default()

@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use test_support::jwt::{ISSUER, IdentityProvider};
 use test_support::{
     everything_stdio, py_gateway_client, scratch_dir, time_stdio, ts_gateway_client,
 };
@@ -326,8 +327,35 @@ impl HttpGateway {
         HttpGateway { child, url }
     }
 
+    /// One raw HTTP POST of an `initialize` request that the gateway refuses: the status code
+    /// and the whole response (a refusal is short and closes the connection).
+    fn refusal(&self, headers: &[(&str, &str)]) -> (u16, String) {
+        let mut stream = self.send_initialize(headers);
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let status = response.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, response)
+    }
+
     /// One raw HTTP POST of an `initialize` request; returns the status line's code.
     fn post_initialize(&self, headers: &[(&str, &str)]) -> u16 {
+        let mut stream = self.send_initialize(headers);
+        let mut response = Vec::new();
+        let mut buffer = [0u8; 1024];
+        // The status line is all we need; an SSE body may stay open.
+        while !response.windows(2).any(|w| w == b"\r\n") {
+            let n = stream.read(&mut buffer).unwrap();
+            assert!(
+                n > 0,
+                "the gateway closed the connection without a status line"
+            );
+            response.extend_from_slice(&buffer[..n]);
+        }
+        let status = String::from_utf8_lossy(&response);
+        status.split(' ').nth(1).unwrap().parse().unwrap()
+    }
+
+    fn send_initialize(&self, headers: &[(&str, &str)]) -> std::net::TcpStream {
         use std::io::Write;
         let address = self
             .url
@@ -349,19 +377,7 @@ impl HttpGateway {
         let mut stream = std::net::TcpStream::connect(address).unwrap();
         stream.set_read_timeout(Some(DEADLINE)).unwrap();
         stream.write_all(request.as_bytes()).unwrap();
-        let mut response = Vec::new();
-        let mut buffer = [0u8; 1024];
-        // The status line is all we need; an SSE body may stay open.
-        while !response.windows(2).any(|w| w == b"\r\n") {
-            let n = stream.read(&mut buffer).unwrap();
-            assert!(
-                n > 0,
-                "the gateway closed the connection without a status line"
-            );
-            response.extend_from_slice(&buffer[..n]);
-        }
-        let status = String::from_utf8_lossy(&response);
-        status.split(' ').nth(1).unwrap().parse().unwrap()
+        stream
     }
 }
 
@@ -440,6 +456,111 @@ fn http_gateway_refuses_missing_and_wrong_tokens_and_foreign_origins() {
     );
     let report = run_client(client);
     assert_eq!(text(&report, "sum"), "The sum of 4 and 5 is 9.", "{report}");
+}
+
+#[test]
+fn a_static_token_sees_and_calls_only_the_tools_it_lists() {
+    let gateway = HttpGateway::start(
+        &["--tools", "meta"],
+        &[("TETHER_SERVE_TOKENS", "open-token, narrow-token time__*")],
+    );
+    let run = |token: &str| {
+        let mut client = ts_gateway_client();
+        client.arg("meta").arg(&gateway.url).env(
+            "GATEWAY_HEADERS",
+            json!({"Authorization": format!("Bearer {token}")}).to_string(),
+        );
+        run_client(client)
+    };
+    let open = run("open-token");
+    assert_eq!(text(&open, "sum"), "The sum of 4 and 5 is 9.", "{open}");
+    // Through mcp_query, the narrow token's client does not even learn the other server.
+    let narrow = run("narrow-token");
+    assert_eq!(narrow["sum"]["is_error"], true, "{narrow}");
+    assert_eq!(
+        text(&narrow, "sum"),
+        "unknown server \"everything\"; the servers are time",
+        "{narrow}"
+    );
+}
+
+#[test]
+fn jwt_gateway_checks_signature_issuer_audience_and_expiry_and_applies_the_tools_claim() {
+    let idp = IdentityProvider::start();
+    let gateway = HttpGateway::start(
+        &[
+            "--jwks-url",
+            idp.jwks_url(),
+            "--jwt-issuer",
+            ISSUER,
+            "--jwt-audience",
+            "tether",
+        ],
+        &[],
+    );
+    let bearer = |token: &str| format!("Bearer {token}");
+    let refused = |token: &str, why: &str| {
+        let (status, response) = gateway.refusal(&[("Authorization", &bearer(token))]);
+        assert_eq!(status, 401, "{response}");
+        assert!(response.contains(why), "expected {why:?} in:\n{response}");
+        assert!(
+            response
+                .to_lowercase()
+                .contains("www-authenticate: bearer error=\"invalid_token\""),
+            "{response}"
+        );
+    };
+    let (status, _) = gateway.refusal(&[]);
+    assert_eq!(status, 401);
+    refused("not-a-token", "not one the gateway accepts");
+    let expired = idp.token("tether", json!({"exp": IdentityProvider::now() - 3600}));
+    refused(&expired, "expired");
+    refused(
+        &idp.token("another-service", json!({})),
+        "audience does not include",
+    );
+    refused(
+        &idp.token("tether", json!({"iss": "https://elsewhere.test"})),
+        "issuer is not",
+    );
+    let mut forged: Vec<String> = idp
+        .token("tether", json!({}))
+        .split('.')
+        .map(String::from)
+        .collect();
+    forged[1] = idp
+        .token("tether", json!({"sub": "admin"}))
+        .split('.')
+        .nth(1)
+        .unwrap()
+        .into();
+    refused(&forged.join("."), "bad signature");
+    let valid = idp.token("tether", json!({}));
+    assert_eq!(
+        gateway.post_initialize(&[("Authorization", &bearer(&valid))]),
+        200
+    );
+    // The key set is fetched once and then served from the cache.
+    assert_eq!(idp.fetches(), 1);
+    // A token whose claim allows only the time server's tools lists and calls only those.
+    let narrow = idp.token("tether", json!({"tether_tools": ["time__*"]}));
+    let mut client = ts_gateway_client();
+    client.arg("all").arg(&gateway.url).env(
+        "GATEWAY_HEADERS",
+        json!({"Authorization": bearer(&narrow)}).to_string(),
+    );
+    let report = run_client(client);
+    assert_eq!(
+        report["tools"],
+        json!(["time__convert_time", "time__get_current_time"]),
+        "{report}"
+    );
+    assert!(text(&report, "time").contains("\"timezone\": \"UTC\""));
+    let error = report["sum"]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("unknown tool \"everything__get-sum\""),
+        "{report}"
+    );
 }
 
 #[test]

@@ -1,0 +1,627 @@
+//! Who may use a served HTTP endpoint, and which tools they may see. A request's bearer token
+//! is either one of the static tokens (each with an optional tool allow-list) or a JWT signed by
+//! a key from the configured JWKS URL, checked for issuer, audience, expiry and not-before; a
+//! JWT's allow-list comes from one of its claims. The outcome is a [`Principal`] that travels
+//! with the request to the served service (see [`Caller::principal`](crate::Caller::principal)).
+//! Signatures are checked with `ring`, which the TLS stack already brings.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::signature::{self, RsaPublicKeyComponents, UnparsedPublicKey};
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use crate::config::glob_match;
+
+/// Clock skew tolerated on `exp` and `nbf`.
+const LEEWAY_SECS: u64 = 60;
+/// How long fetching the key set may take.
+const JWKS_TIMEOUT: Duration = Duration::from_secs(10);
+/// The key set is fetched again for an unknown key id at most this often, so tokens with
+/// made-up key ids cannot make the gateway hammer the identity provider.
+const JWKS_REFETCH: Duration = Duration::from_secs(30);
+/// Largest key set accepted.
+const JWKS_MAX_BYTES: usize = 1024 * 1024;
+
+/// The authenticated client of a request: a name for logs and metrics, and the tools it may
+/// see and call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Principal {
+    /// `token 2` for the second static token, or the JWT's `sub`.
+    pub name: String,
+    /// Globs over tool names (qualified, `server__tool`, or as the client sees them); `None`
+    /// allows every tool.
+    pub allowed_tools: Option<Vec<String>>,
+}
+
+impl Principal {
+    /// Whether any of `names` (the names one tool goes by) is allowed.
+    pub fn allows(&self, names: &[&str]) -> bool {
+        match &self.allowed_tools {
+            None => true,
+            Some(globs) => globs
+                .iter()
+                .any(|glob| names.iter().any(|name| glob_match(glob, name))),
+        }
+    }
+}
+
+/// One accepted static bearer token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StaticToken {
+    /// The token itself.
+    pub token: String,
+    /// Globs of the tools it may use; `None`: all.
+    pub allowed_tools: Option<Vec<String>>,
+}
+
+impl StaticToken {
+    /// Parses a token-file line: `TOKEN [GLOB …]` (whitespace-separated; `#` starts a
+    /// comment). `None` for a blank or comment line.
+    pub fn parse_line(line: &str) -> Option<StaticToken> {
+        let line = line.split('#').next().unwrap_or_default();
+        let mut words = line.split_whitespace();
+        let token = words.next()?.to_string();
+        let globs: Vec<String> = words.map(str::to_string).collect();
+        Some(StaticToken {
+            token,
+            allowed_tools: (!globs.is_empty()).then_some(globs),
+        })
+    }
+}
+
+/// Where JWTs are checked against.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JwtSettings {
+    /// The identity provider's key set (https, or http on loopback).
+    pub jwks_url: String,
+    /// Required `iss`.
+    pub issuer: String,
+    /// Required member of `aud`.
+    pub audience: String,
+    /// The claim holding the token's tool allow-list (an array of globs or a space-separated
+    /// string); a token without it may use every tool.
+    pub tools_claim: String,
+}
+
+impl JwtSettings {
+    /// Refuses a key-set URL that could be read or changed on the way: plain http is allowed
+    /// only to a loopback address.
+    pub fn check(&self) -> Result<(), String> {
+        let url = reqwest::Url::parse(&self.jwks_url)
+            .map_err(|e| format!("--jwks-url \"{}\": not a URL: {e}", self.jwks_url))?;
+        let host = url.host_str().unwrap_or_default();
+        let loopback = host == "localhost"
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        match url.scheme() {
+            "https" => Ok(()),
+            "http" if loopback => Ok(()),
+            _ => Err(format!(
+                "--jwks-url \"{}\": the key set must come over https (plain http only from a loopback address)",
+                self.jwks_url
+            )),
+        }
+    }
+}
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    /// No or a bad credential: 401, with the reason.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The credential could not be checked (the key set is unreachable): 503.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Checks bearer tokens against the static tokens and the JWT settings.
+#[derive(Debug)]
+pub struct Authenticator {
+    tokens: Vec<StaticToken>,
+    jwt: Option<JwtVerifier>,
+}
+
+impl Authenticator {
+    /// An authenticator for `tokens` and, when set, JWTs.
+    pub fn new(tokens: Vec<StaticToken>, jwt: Option<JwtSettings>) -> Authenticator {
+        Authenticator {
+            tokens,
+            jwt: jwt.map(JwtVerifier::new),
+        }
+    }
+
+    /// Whether requests need a credential at all.
+    pub fn required(&self) -> bool {
+        !self.tokens.is_empty() || self.jwt.is_some()
+    }
+
+    /// The principal behind an `Authorization` header value.
+    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, Refusal> {
+        let Some(given) = authorization.and_then(|v| v.strip_prefix("Bearer ")) else {
+            return Err(Refusal::Unauthorized(
+                "send \"Authorization: Bearer TOKEN\" with a token the gateway accepts".into(),
+            ));
+        };
+        let given = given.trim();
+        // Every static token is compared, in constant time each, so timing reveals neither a
+        // prefix nor which token matched.
+        let mut matched = None;
+        for (index, token) in self.tokens.iter().enumerate() {
+            if same(token.token.as_bytes(), given.as_bytes()) {
+                matched = Some(index);
+            }
+        }
+        if let Some(index) = matched {
+            return Ok(Principal {
+                name: format!("token {}", index + 1),
+                allowed_tools: self.tokens[index].allowed_tools.clone(),
+            });
+        }
+        match &self.jwt {
+            Some(jwt) if given.split('.').count() == 3 => jwt.verify(given, now()).await,
+            _ => Err(Refusal::Unauthorized(
+                "the bearer token is not one the gateway accepts".into(),
+            )),
+        }
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Constant-time comparison of two byte strings (their lengths aside).
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// JWT checks with a cached key set.
+#[derive(Debug)]
+struct JwtVerifier {
+    settings: JwtSettings,
+    client: reqwest::Client,
+    /// The last key set fetched and when; `None` before the first fetch.
+    keys: Mutex<Option<(Instant, Arc<Vec<Value>>)>>,
+}
+
+impl JwtVerifier {
+    fn new(settings: JwtSettings) -> JwtVerifier {
+        crate::connection::install_tls_provider();
+        let client = reqwest::Client::builder()
+            .timeout(JWKS_TIMEOUT)
+            // A redirect could lead anywhere; the configured URL is the one trusted.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        JwtVerifier {
+            settings,
+            client,
+            keys: Mutex::new(None),
+        }
+    }
+
+    async fn verify(&self, token: &str, now: u64) -> Result<Principal, Refusal> {
+        let bad = |why: &str| Refusal::Unauthorized(format!("the token is not valid: {why}"));
+        let mut parts = token.split('.');
+        let (Some(header), Some(payload), Some(signature)) =
+            (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad("not a JWT"));
+        };
+        let header: Value = decode_json(header).ok_or_else(|| bad("unreadable header"))?;
+        let alg = header
+            .get("alg")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("no \"alg\""))?;
+        let kid = header.get("kid").and_then(Value::as_str);
+        let signature = decode(signature).ok_or_else(|| bad("unreadable signature"))?;
+        let signed = &token[..header_len(token)];
+        let key = self.key_for(alg, kid).await?;
+        verify_signature(alg, &key, signed.as_bytes(), &signature)
+            .map_err(|why| Refusal::Unauthorized(format!("the token is not valid: {why}")))?;
+        let claims: Value = decode_json(payload).ok_or_else(|| bad("unreadable claims"))?;
+        check_claims(&claims, &self.settings, now).map_err(Refusal::Unauthorized)?;
+        let name = claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .unwrap_or("jwt")
+            .to_string();
+        let allowed_tools = match claims.get(&self.settings.tools_claim) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) => Some(text.split_whitespace().map(String::from).collect()),
+            Some(Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect(),
+            ),
+            Some(_) => {
+                return Err(Refusal::Unauthorized(format!(
+                    "the token is not valid: claim \"{}\" must be a list of tool names",
+                    self.settings.tools_claim
+                )));
+            }
+        };
+        Ok(Principal {
+            name,
+            allowed_tools,
+        })
+    }
+
+    /// The JWK that signs tokens with `kid` (or the only key fit for `alg`), fetching the key
+    /// set when none is cached or when the id is new to it.
+    async fn key_for(&self, alg: &str, kid: Option<&str>) -> Result<Value, Refusal> {
+        let mut cached = self.keys.lock().await;
+        let stale = cached
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= JWKS_REFETCH);
+        if let Some((_, keys)) = cached.as_ref()
+            && let Some(key) = pick_key(keys, alg, kid)
+        {
+            return Ok(key);
+        }
+        if !stale {
+            return Err(Refusal::Unauthorized(format!(
+                "the token is not valid: no key {} in the key set",
+                kid.map_or_else(|| format!("for {alg}"), |k| format!("\"{k}\""))
+            )));
+        }
+        let keys = Arc::new(self.fetch().await?);
+        *cached = Some((Instant::now(), keys.clone()));
+        pick_key(&keys, alg, kid).ok_or_else(|| {
+            Refusal::Unauthorized(format!(
+                "the token is not valid: no key {} in the key set",
+                kid.map_or_else(|| format!("for {alg}"), |k| format!("\"{k}\""))
+            ))
+        })
+    }
+
+    async fn fetch(&self) -> Result<Vec<Value>, Refusal> {
+        let url = &self.settings.jwks_url;
+        let unavailable =
+            |why: String| Refusal::Unavailable(format!("cannot check the token: {url}: {why}"));
+        let response = self
+            .client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| unavailable(e.without_url().to_string()))?;
+        if !response.status().is_success() {
+            return Err(unavailable(format!("HTTP {}", response.status())));
+        }
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| unavailable(e.without_url().to_string()))?;
+        if body.len() > JWKS_MAX_BYTES {
+            return Err(unavailable("the key set is over 1 MiB".into()));
+        }
+        let set: Value = serde_json::from_slice(&body)
+            .map_err(|e| unavailable(format!("not a JSON key set: {e}")))?;
+        match set.get("keys").and_then(Value::as_array) {
+            Some(keys) => Ok(keys.clone()),
+            None => Err(unavailable("no \"keys\" array".into())),
+        }
+    }
+}
+
+/// Length of `header.payload`, the signed part of a JWT.
+fn header_len(token: &str) -> usize {
+    token.rfind('.').unwrap_or(token.len())
+}
+
+fn decode(part: &str) -> Option<Vec<u8>> {
+    URL_SAFE_NO_PAD.decode(part.trim_end_matches('=')).ok()
+}
+
+fn decode_json(part: &str) -> Option<Value> {
+    serde_json::from_slice(&decode(part)?).ok()
+}
+
+/// The key with `kid`, or without one the only key whose type fits `alg`.
+fn pick_key(keys: &[Value], alg: &str, kid: Option<&str>) -> Option<Value> {
+    let kty = match alg {
+        "RS256" | "RS384" | "RS512" | "PS256" | "PS384" | "PS512" => "RSA",
+        "ES256" | "ES384" => "EC",
+        "EdDSA" => "OKP",
+        _ => return None,
+    };
+    let fits = |key: &&Value| {
+        key.get("kty").and_then(Value::as_str) == Some(kty)
+            && key
+                .get("alg")
+                .and_then(Value::as_str)
+                .is_none_or(|a| a == alg)
+            && key
+                .get("use")
+                .and_then(Value::as_str)
+                .is_none_or(|u| u == "sig")
+    };
+    match kid {
+        Some(kid) => keys
+            .iter()
+            .filter(fits)
+            .find(|k| k.get("kid").and_then(Value::as_str) == Some(kid))
+            .cloned(),
+        None => {
+            let mut candidates = keys.iter().filter(fits);
+            match (candidates.next(), candidates.next()) {
+                (Some(only), None) => Some(only.clone()),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// Checks `signature` over `message` with the JWK `key` for `alg`. Only asymmetric algorithms
+/// are accepted: a key set holds public keys, and `none` or HMAC would let anyone sign.
+fn verify_signature(alg: &str, key: &Value, message: &[u8], sig: &[u8]) -> Result<(), String> {
+    let member = |name: &str| {
+        key.get(name)
+            .and_then(Value::as_str)
+            .and_then(decode)
+            .ok_or_else(|| format!("the key lacks \"{name}\""))
+    };
+    let rsa = |params: &'static signature::RsaParameters| -> Result<(), String> {
+        let (n, e) = (member("n")?, member("e")?);
+        RsaPublicKeyComponents { n: &n, e: &e }
+            .verify(params, message, sig)
+            .map_err(|_| "bad signature".to_string())
+    };
+    let point = |algorithm: &'static dyn signature::VerificationAlgorithm| {
+        let mut bytes = vec![0x04];
+        bytes.extend(member("x")?);
+        bytes.extend(member("y")?);
+        UnparsedPublicKey::new(algorithm, bytes)
+            .verify(message, sig)
+            .map_err(|_| "bad signature".to_string())
+    };
+    match alg {
+        "RS256" => rsa(&signature::RSA_PKCS1_2048_8192_SHA256),
+        "RS384" => rsa(&signature::RSA_PKCS1_2048_8192_SHA384),
+        "RS512" => rsa(&signature::RSA_PKCS1_2048_8192_SHA512),
+        "PS256" => rsa(&signature::RSA_PSS_2048_8192_SHA256),
+        "PS384" => rsa(&signature::RSA_PSS_2048_8192_SHA384),
+        "PS512" => rsa(&signature::RSA_PSS_2048_8192_SHA512),
+        "ES256" => point(&signature::ECDSA_P256_SHA256_FIXED),
+        "ES384" => point(&signature::ECDSA_P384_SHA384_FIXED),
+        "EdDSA" => UnparsedPublicKey::new(&signature::ED25519, member("x")?)
+            .verify(message, sig)
+            .map_err(|_| "bad signature".to_string()),
+        other => Err(format!("algorithm \"{other}\" is not accepted")),
+    }
+}
+
+/// Issuer, audience, expiry and not-before, with [`LEEWAY_SECS`] of clock skew.
+fn check_claims(claims: &Value, settings: &JwtSettings, now: u64) -> Result<(), String> {
+    let bad = |why: String| format!("the token is not valid: {why}");
+    if claims.get("iss").and_then(Value::as_str) != Some(settings.issuer.as_str()) {
+        return Err(bad(format!("its issuer is not \"{}\"", settings.issuer)));
+    }
+    let audience_ok = match claims.get("aud") {
+        Some(Value::String(aud)) => aud == &settings.audience,
+        Some(Value::Array(auds)) => auds
+            .iter()
+            .any(|a| a.as_str() == Some(settings.audience.as_str())),
+        _ => false,
+    };
+    if !audience_ok {
+        return Err(bad(format!(
+            "its audience does not include \"{}\"",
+            settings.audience
+        )));
+    }
+    let Some(exp) = claims.get("exp").and_then(Value::as_u64) else {
+        return Err(bad("it has no expiry (\"exp\")".into()));
+    };
+    if exp + LEEWAY_SECS <= now {
+        return Err(bad(format!("it expired {}s ago", now - exp)));
+    }
+    if let Some(nbf) = claims.get("nbf").and_then(Value::as_u64)
+        && nbf > now + LEEWAY_SECS
+    {
+        return Err(bad(format!("it is not valid for another {}s", nbf - now)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ring::rand::SystemRandom;
+    use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair};
+    use serde_json::json;
+
+    fn settings() -> JwtSettings {
+        JwtSettings {
+            jwks_url: "http://127.0.0.1:1/jwks".into(),
+            issuer: "https://idp.example".into(),
+            audience: "tether".into(),
+            tools_claim: "tether_tools".into(),
+        }
+    }
+
+    fn encode(value: &Value) -> String {
+        URL_SAFE_NO_PAD.encode(value.to_string())
+    }
+
+    /// An ES256 key as a JWK, and a signer.
+    fn es256() -> (Value, impl Fn(&Value, &Value) -> String) {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        let public = pair.public_key().as_ref().to_vec();
+        let jwk = json!({"kty": "EC", "crv": "P-256", "kid": "k1", "alg": "ES256",
+            "x": URL_SAFE_NO_PAD.encode(&public[1..33]), "y": URL_SAFE_NO_PAD.encode(&public[33..])});
+        let sign = move |header: &Value, claims: &Value| {
+            let signed = format!("{}.{}", encode(header), encode(claims));
+            let sig = pair.sign(&SystemRandom::new(), signed.as_bytes()).unwrap();
+            format!("{signed}.{}", URL_SAFE_NO_PAD.encode(sig.as_ref()))
+        };
+        (jwk, sign)
+    }
+
+    fn verifier_with(keys: Vec<Value>) -> JwtVerifier {
+        let verifier = JwtVerifier::new(settings());
+        *verifier.keys.try_lock().unwrap() = Some((Instant::now(), Arc::new(keys)));
+        verifier
+    }
+
+    fn claims(extra: Value) -> Value {
+        let mut claims = json!({"iss": "https://idp.example", "aud": ["other", "tether"],
+            "sub": "ana", "exp": 2_000_000_000u64});
+        claims
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        claims
+    }
+
+    const NOW: u64 = 1_900_000_000;
+
+    #[tokio::test]
+    async fn a_signed_token_gives_its_subject_and_allow_list() {
+        let (jwk, sign) = es256();
+        let verifier = verifier_with(vec![jwk]);
+        let header = json!({"alg": "ES256", "kid": "k1"});
+        let token = sign(&header, &claims(json!({"tether_tools": ["time__*"]})));
+        let principal = verifier.verify(&token, NOW).await.unwrap();
+        assert_eq!(principal.name, "ana");
+        assert_eq!(principal.allowed_tools, Some(vec!["time__*".to_string()]));
+        assert!(principal.allows(&["time__get_current_time"]));
+        assert!(!principal.allows(&["everything__echo", "echo"]));
+        // A space-separated claim (like OAuth's scope) reads the same; no claim allows all.
+        let token = sign(&header, &claims(json!({"tether_tools": "a__* b__x"})));
+        let principal = verifier.verify(&token, NOW).await.unwrap();
+        assert_eq!(principal.allowed_tools.unwrap(), ["a__*", "b__x"]);
+        let token = sign(&header, &claims(json!({})));
+        assert_eq!(
+            verifier.verify(&token, NOW).await.unwrap().allowed_tools,
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn expired_foreign_forged_and_unsigned_tokens_are_refused() {
+        let (jwk, sign) = es256();
+        let verifier = verifier_with(vec![jwk]);
+        let header = json!({"alg": "ES256", "kid": "k1"});
+        let refused = async |token: String| match verifier.verify(&token, NOW).await {
+            Err(Refusal::Unauthorized(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        let why = refused(sign(&header, &claims(json!({"exp": NOW - 3600})))).await;
+        assert!(why.contains("expired 3600s ago"), "{why}");
+        let why = refused(sign(&header, &claims(json!({"aud": "someone-else"})))).await;
+        assert!(
+            why.contains("audience does not include \"tether\""),
+            "{why}"
+        );
+        let why = refused(sign(&header, &claims(json!({"iss": "https://evil"})))).await;
+        assert!(why.contains("issuer"), "{why}");
+        let why = refused(sign(&header, &claims(json!({"nbf": NOW + 3600})))).await;
+        assert!(why.contains("not valid for another"), "{why}");
+        // Claims changed after signing.
+        let token = sign(&header, &claims(json!({})));
+        let mut pieces: Vec<&str> = token.split('.').collect();
+        let forged = encode(&claims(json!({"tether_tools": ["*"], "sub": "root"})));
+        pieces[1] = &forged;
+        assert!(refused(pieces.join(".")).await.contains("bad signature"));
+        // Signed by another key with the same id.
+        let (_, other_sign) = es256();
+        let why = refused(other_sign(&header, &claims(json!({})))).await;
+        assert!(why.contains("bad signature"), "{why}");
+        // alg none and HMAC are never accepted.
+        let unsigned = format!(
+            "{}.{}.",
+            encode(&json!({"alg": "none"})),
+            encode(&claims(json!({})))
+        );
+        assert!(refused(unsigned).await.contains("no key for none"));
+        let hmac = format!(
+            "{}.{}.c2ln",
+            encode(&json!({"alg": "HS256", "kid": "k1"})),
+            encode(&claims(json!({})))
+        );
+        assert!(refused(hmac).await.contains("no key \"k1\""));
+    }
+
+    #[tokio::test]
+    async fn ed25519_tokens_verify() {
+        let rng = SystemRandom::new();
+        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
+        let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).unwrap();
+        let jwk = json!({"kty": "OKP", "crv": "Ed25519",
+            "x": URL_SAFE_NO_PAD.encode(pair.public_key().as_ref())});
+        let verifier = verifier_with(vec![jwk]);
+        let signed = format!(
+            "{}.{}",
+            encode(&json!({"alg": "EdDSA"})),
+            encode(&claims(json!({})))
+        );
+        let token = format!(
+            "{signed}.{}",
+            URL_SAFE_NO_PAD.encode(pair.sign(signed.as_bytes()).as_ref())
+        );
+        assert_eq!(verifier.verify(&token, NOW).await.unwrap().name, "ana");
+    }
+
+    #[tokio::test]
+    async fn static_tokens_carry_their_allow_lists() {
+        let tokens = [
+            "alpha",
+            "beta time__* everything__get-sum # ci",
+            "# comment",
+            "",
+        ]
+        .iter()
+        .filter_map(|l| StaticToken::parse_line(l))
+        .collect::<Vec<_>>();
+        assert_eq!(tokens.len(), 2);
+        let auth = Authenticator::new(tokens, None);
+        assert!(auth.required());
+        let alpha = auth.authenticate(Some("Bearer alpha")).await.unwrap();
+        assert_eq!(alpha.allowed_tools, None);
+        let beta = auth.authenticate(Some("Bearer beta")).await.unwrap();
+        assert_eq!(beta.name, "token 2");
+        assert!(beta.allows(&["everything__get-sum"]) && !beta.allows(&["everything__echo"]));
+        assert!(matches!(
+            auth.authenticate(Some("Bearer gamma")).await,
+            Err(Refusal::Unauthorized(_))
+        ));
+        assert!(matches!(
+            auth.authenticate(None).await,
+            Err(Refusal::Unauthorized(_))
+        ));
+    }
+
+    #[test]
+    fn key_sets_come_over_https_or_from_loopback() {
+        let mut s = settings();
+        assert!(s.check().is_ok());
+        s.jwks_url = "http://idp.example/jwks".into();
+        assert!(s.check().unwrap_err().contains("https"));
+        s.jwks_url = "https://idp.example/jwks".into();
+        assert!(s.check().is_ok());
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(same(b"secret", b"secret"));
+        assert!(!same(b"secret", b"secreT"));
+        assert!(!same(b"secret", b"secret2"));
+        assert!(!same(b"", b"x"));
+    }
+}
