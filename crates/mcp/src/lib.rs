@@ -11,6 +11,7 @@ pub mod error;
 pub mod private_files;
 pub mod registry;
 pub mod router;
+pub mod sealed_sessions;
 pub mod serve;
 pub mod serve_auth;
 pub mod serve_http;

@@ -16,12 +16,14 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
+use crate::sealed_sessions::{SESSION_HEADER, SealedSessions};
 use crate::serve::{McpService, ServedService};
 use crate::serve_auth::{Authenticator, JwtSettings, Principal, Refusal, StaticToken};
 
@@ -43,6 +45,9 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
     /// Largest request body, in bytes.
     pub max_body_bytes: usize,
+    /// The secret every replica shares, from which the key that seals 2025-11-25 session ids
+    /// is derived; `None`: a random key, so sessions live on this replica only.
+    pub session_key: Option<String>,
 }
 
 impl Default for HttpOptions {
@@ -53,6 +58,7 @@ impl Default for HttpOptions {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             max_body_bytes: 4 * 1024 * 1024,
+            session_key: None,
         }
     }
 }
@@ -84,12 +90,19 @@ where
     if options.allowed_origins.is_empty() {
         config = config.enforce_origin_validation();
     }
+    let sessions = Arc::new(SealedSessions::new(options.session_key.as_deref())?);
+    config.session_store = Some(sessions.clone());
+    let manager = Arc::new(LocalSessionManager::default());
     let mcp = StreamableHttpService::new(
         move || Ok(ServedService::new(factory())),
-        Arc::new(LocalSessionManager::default()),
+        manager.clone(),
         config,
     );
-    let authenticator = Arc::new(Authenticator::new(options.tokens, options.jwt));
+    let edge = Arc::new(Edge {
+        authenticator: Authenticator::new(options.tokens, options.jwt),
+        sessions,
+        manager,
+    });
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
@@ -102,13 +115,13 @@ where
             },
         };
         let mcp = mcp.clone();
-        let authenticator = authenticator.clone();
+        let edge = edge.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
                 let mut mcp = mcp.clone();
-                let authenticator = authenticator.clone();
-                async move { Ok::<_, Infallible>(route(request, &mut mcp, &authenticator, peer).await) }
+                let edge = edge.clone();
+                async move { Ok::<_, Infallible>(route(request, &mut mcp, &edge, peer).await) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service);
@@ -126,10 +139,57 @@ where
 
 type Body = BoxBody<Bytes, Infallible>;
 
+/// What the HTTP edge checks and translates before rmcp sees a request.
+struct Edge {
+    authenticator: Authenticator,
+    sessions: Arc<SealedSessions>,
+    manager: Arc<LocalSessionManager>,
+}
+
+impl Edge {
+    /// A sealed session id this replica holds becomes rmcp's own id for it; any other id
+    /// passes unchanged (rmcp restores a sealed one it does not hold, and refuses the rest).
+    async fn open_session_id(&self, request: &mut Request<Incoming>) {
+        let Some(sealed) = request
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+        else {
+            return;
+        };
+        let Some((local, _)) = self.sessions.open(sealed) else {
+            return;
+        };
+        if matches!(
+            self.manager.has_session(&local.as_str().into()).await,
+            Ok(true)
+        ) && let Ok(value) = hyper::header::HeaderValue::from_str(&local)
+        {
+            request.headers_mut().insert(SESSION_HEADER, value);
+        }
+    }
+
+    /// rmcp's id of a session it just created becomes the sealed id the client keeps.
+    fn seal_session_id(&self, response: &mut Response<Body>) {
+        let Some(local) = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+        else {
+            return;
+        };
+        if let Some(sealed) = self.sessions.take_fresh(local)
+            && let Ok(value) = hyper::header::HeaderValue::from_str(&sealed)
+        {
+            response.headers_mut().insert(SESSION_HEADER, value);
+        }
+    }
+}
+
 async fn route<M>(
     mut request: Request<Incoming>,
     mcp: &mut M,
-    authenticator: &Authenticator,
+    edge: &Edge,
     peer: SocketAddr,
 ) -> Response<Body>
 where
@@ -138,6 +198,7 @@ where
     match request.uri().path() {
         "/healthz" => plain(StatusCode::OK, "ok"),
         MCP_PATH => {
+            let authenticator = &edge.authenticator;
             if authenticator.required() {
                 let header = request
                     .headers()
@@ -153,10 +214,13 @@ where
                     }
                 }
             }
-            match mcp.call(request).await {
+            edge.open_session_id(&mut request).await;
+            let mut response = match mcp.call(request).await {
                 Ok(response) => response,
                 Err(never) => match never {},
-            }
+            };
+            edge.seal_session_id(&mut response);
+            response
         }
         other => plain(
             StatusCode::NOT_FOUND,

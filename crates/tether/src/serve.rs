@@ -53,6 +53,12 @@ pub struct ServeArgs {
     /// a token without it may use every tool.
     #[arg(long, value_name = "CLAIM", default_value = "tether_tools")]
     pub jwt_tools_claim: String,
+    /// With --http: a file holding the secret every replica shares (at least 16 characters),
+    /// so that any replica behind a load balancer can serve any 2025-11-25 session; the
+    /// TETHER_SESSION_KEY variable does the same. Without it, a session lives on the replica
+    /// that made it.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    pub session_key_file: Option<PathBuf>,
     /// With --http: a browser origin allowed to call (e.g. https://app.example.com:443);
     /// repeatable. Requests from any other Origin are refused.
     #[arg(long, value_name = "ORIGIN", requires = "http")]
@@ -148,9 +154,32 @@ fn http_options(addr: SocketAddr, args: &ServeArgs) -> Result<HttpOptions, Failu
             "--http {addr}: a gateway reachable from other machines needs authentication; pass --token-file FILE, set TETHER_SERVE_TOKENS or --jwks-url (or bind 127.0.0.1)"
         )));
     }
+    let session_key = match &args.session_key_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| {
+                    Failure::usage(format!(
+                        "--session-key-file {}: cannot read: {e}",
+                        path.display()
+                    ))
+                })?
+                .trim()
+                .to_string(),
+        ),
+        None => std::env::var("TETHER_SESSION_KEY").ok(),
+    };
+    if let Some(key) = &session_key
+        && key.len() < tether_mcp::sealed_sessions::MIN_SECRET_LEN
+    {
+        return Err(Failure::usage(format!(
+            "the session key (--session-key-file or TETHER_SESSION_KEY) must be at least {} characters; make one with `openssl rand -base64 32`",
+            tether_mcp::sealed_sessions::MIN_SECRET_LEN
+        )));
+    }
     Ok(HttpOptions {
         tokens,
         jwt,
+        session_key,
         allowed_hosts: args.allow_host.clone(),
         allowed_origins: args.allow_origin.clone(),
         ..HttpOptions::default()

@@ -1,0 +1,192 @@
+//! 2025-11-25 sessions that any replica can serve, with no sticky sessions and no shared store.
+//! The `Mcp-Session-Id` a client gets is the session's `initialize` parameters (protocol
+//! version, client capabilities and identity) sealed with ChaCha20-Poly1305 under a key the
+//! replicas share. A replica that has the session serves it from memory; one that does not
+//! opens the id and lets rmcp restore the session from it (rmcp replays the handshake against
+//! a fresh service), so a client whose requests land on another replica, or whose replica
+//! died, carries on. A forged or foreign id fails to open and is an unknown session (404).
+//!
+//! rmcp names sessions itself, so ids are translated at the HTTP edge: its own id on the way
+//! in when this replica holds the session, the sealed one on the way out.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::rand::{SecureRandom, SystemRandom};
+use rmcp::transport::streamable_http_server::session::{
+    SessionState, SessionStore, SessionStoreError,
+};
+use serde_json::{Value, json};
+
+/// The header that carries the session id.
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Shortest secret accepted for `--session-key`.
+pub const MIN_SECRET_LEN: usize = 16;
+
+/// Seals and opens session ids; rmcp's session store for cross-replica restores.
+pub struct SealedSessions {
+    key: LessSafeKey,
+    /// rmcp's id of each session created here → its sealed id, until the `initialize`
+    /// response carrying it has been rewritten.
+    fresh: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for SealedSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SealedSessions")
+    }
+}
+
+impl SealedSessions {
+    /// Sessions sealed under a key derived from `secret` (shared by every replica), or under
+    /// a random key (sessions then survive only on this replica) when `None`.
+    pub fn new(secret: Option<&str>) -> Result<SealedSessions, String> {
+        let mut material = [0u8; 32];
+        match secret {
+            Some(secret) if secret.len() < MIN_SECRET_LEN => {
+                return Err(format!(
+                    "the session key must be at least {MIN_SECRET_LEN} characters (e.g. `openssl rand -base64 32`)"
+                ));
+            }
+            Some(secret) => {
+                let digest = ring::digest::digest(
+                    &ring::digest::SHA256,
+                    format!("tether-session-id-v1\n{secret}").as_bytes(),
+                );
+                material.copy_from_slice(digest.as_ref());
+            }
+            None => SystemRandom::new()
+                .fill(&mut material)
+                .map_err(|_| "no randomness for the session key".to_string())?,
+        }
+        let key = UnboundKey::new(&CHACHA20_POLY1305, &material)
+            .map_err(|_| "cannot make the session key".to_string())?;
+        Ok(SealedSessions {
+            key: LessSafeKey::new(key),
+            fresh: Mutex::default(),
+        })
+    }
+
+    /// The sealed id for rmcp's session `local` with these `initialize` parameters.
+    fn seal(&self, local: &str, params: &Value) -> Option<String> {
+        let mut nonce = [0u8; NONCE_LEN];
+        SystemRandom::new().fill(&mut nonce).ok()?;
+        let mut data = serde_json::to_vec(&json!({"v": 1, "id": local, "init": params})).ok()?;
+        self.key
+            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::empty(), &mut data)
+            .ok()?;
+        let mut out = nonce.to_vec();
+        out.extend(data);
+        Some(URL_SAFE_NO_PAD.encode(out))
+    }
+
+    /// rmcp's id and the `initialize` parameters inside a sealed id, or `None` when it was
+    /// not sealed with this key (forged, foreign, or one of rmcp's own ids).
+    pub fn open(&self, sealed: &str) -> Option<(String, Value)> {
+        let bytes = URL_SAFE_NO_PAD.decode(sealed).ok()?;
+        if bytes.len() < NONCE_LEN {
+            return None;
+        }
+        let (nonce, data) = bytes.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
+        let mut data = data.to_vec();
+        let plain = self
+            .key
+            .open_in_place(nonce, Aad::empty(), &mut data)
+            .ok()?;
+        let mut value: Value = serde_json::from_slice(plain).ok()?;
+        let local = value.get("id")?.as_str()?.to_string();
+        Some((local, value.get_mut("init")?.take()))
+    }
+
+    /// The sealed id for rmcp's new session `local`, once (its `initialize` response).
+    pub(crate) fn take_fresh(&self, local: &str) -> Option<String> {
+        self.fresh.lock().ok()?.remove(local)
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for SealedSessions {
+    async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let Some((_, params)) = self.open(session_id) else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_value(params).ok().map(SessionState::new))
+    }
+
+    async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let params = serde_json::to_value(&state.initialize_params)?;
+        let sealed = self
+            .seal(session_id, &params)
+            .ok_or("cannot seal the session id")?;
+        if let Ok(mut fresh) = self.fresh.lock() {
+            fresh.insert(session_id.to_string(), sealed);
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, session_id: &str) -> Result<(), SessionStoreError> {
+        if let Ok(mut fresh) = self.fresh.lock() {
+            fresh.remove(session_id);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> Value {
+        json!({"protocolVersion": "2025-11-25", "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "c", "version": "1"}})
+    }
+
+    #[tokio::test]
+    async fn a_sealed_id_opens_with_the_same_secret_anywhere() {
+        let here = SealedSessions::new(Some("a shared secret of some length")).unwrap();
+        let there = SealedSessions::new(Some("a shared secret of some length")).unwrap();
+        let state: SessionState = SessionState::new(serde_json::from_value(params()).unwrap());
+        here.store("local-1", &state).await.unwrap();
+        let sealed = here.take_fresh("local-1").unwrap();
+        assert!(here.take_fresh("local-1").is_none());
+        assert!(
+            sealed
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        );
+        let (local, init) = there.open(&sealed).unwrap();
+        assert_eq!(local, "local-1");
+        assert_eq!(init["capabilities"]["sampling"], json!({}));
+        let restored = there.load(&sealed).await.unwrap().unwrap();
+        assert_eq!(
+            serde_json::to_value(restored.initialize_params).unwrap()["clientInfo"]["name"],
+            "c"
+        );
+    }
+
+    #[tokio::test]
+    async fn forged_foreign_and_plain_ids_do_not_open() {
+        let here = SealedSessions::new(Some("a shared secret of some length")).unwrap();
+        let elsewhere = SealedSessions::new(Some("another secret, another team")).unwrap();
+        let state: SessionState = SessionState::new(serde_json::from_value(params()).unwrap());
+        here.store("local-1", &state).await.unwrap();
+        let sealed = here.take_fresh("local-1").unwrap();
+        assert!(elsewhere.load(&sealed).await.unwrap().is_none());
+        let mut bytes = URL_SAFE_NO_PAD.decode(&sealed).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        assert!(here.open(&URL_SAFE_NO_PAD.encode(bytes)).is_none());
+        assert!(here.open("0b6a4c8e-1f2d-4c3b-9a8e-7d6c5b4a3f2e").is_none());
+        assert!(here.open("").is_none());
+        assert!(
+            SealedSessions::new(Some("short"))
+                .unwrap_err()
+                .contains("at least 16")
+        );
+    }
+}

@@ -1,0 +1,360 @@
+//! `tether serve` past one machine: replicas that share a session key serve each other's
+//! 2025-11-25 sessions (the session id is sealed state, not a key into memory), so a plain
+//! round-robin load balancer needs no sticky sessions and no shared store. Tested with raw
+//! requests sent to two replicas directly, and with the official Python SDK client through
+//! HAProxy (from the Debian packages, installed by the test command) in front of three
+//! replicas, one of which is killed part-way.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use test_support::{scratch_dir, workspace_root};
+
+/// A replica or client scenario takes seconds; a hang fails the test instead of CI.
+const DEADLINE: Duration = Duration::from_secs(180);
+
+const SECRET: &str = "replicas share this secret, 32+ chars";
+
+fn tether() -> &'static str {
+    env!("CARGO_BIN_EXE_tether")
+}
+
+/// One `tether serve --http` in front of the built-in server.
+struct Replica {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    address: String,
+}
+
+impl Replica {
+    fn start(secret: &str) -> Replica {
+        let mut child = Command::new(tether())
+            .args(["serve", "--http", "127.0.0.1:0", "--stdio"])
+            .arg(format!("builtin={} builtin-server", tether()))
+            .env("TETHER_SESSION_KEY", secret)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("tether serve: listening on http://") {
+                    let _ = sender.send(url.trim_end_matches("/mcp").to_string());
+                }
+            }
+        });
+        let address = receiver
+            .recv_timeout(DEADLINE)
+            .expect("the replica announces its address");
+        Replica { child, address }
+    }
+
+    fn port(&self) -> u16 {
+        self.address.rsplit(':').next().unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a raw POST to `/mcp` got back.
+struct Answer {
+    status: u16,
+    session: Option<String>,
+    /// The JSON-RPC message in the body (plain JSON or the first SSE `data:` event).
+    message: Option<Value>,
+}
+
+/// POSTs one JSON-RPC message to `address`, reading until the answer to it has arrived.
+fn post(address: &str, body: &Value, session: Option<&str>) -> Answer {
+    let body = body.to_string();
+    let mut request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if let Some(session) = session {
+        request.push_str(&format!("Mcp-Session-Id: {session}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&raw).to_string();
+        if let Some((head, rest)) = text.split_once("\r\n\r\n") {
+            let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+            let session = head.lines().find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.eq_ignore_ascii_case("mcp-session-id")
+                    .then(|| value.trim().to_string())
+            });
+            let message = rest
+                .lines()
+                .map(|line| line.strip_prefix("data:").unwrap_or(line).trim())
+                .find_map(|line| serde_json::from_str::<Value>(line).ok())
+                .filter(|m| m.get("id").is_some());
+            let done = message.is_some() || status != 200;
+            if done {
+                return Answer {
+                    status,
+                    session,
+                    message,
+                };
+            }
+        }
+        let n = stream.read(&mut buffer).unwrap();
+        if n == 0 {
+            let text = String::from_utf8_lossy(&raw).to_string();
+            let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap();
+            return Answer {
+                status,
+                session: None,
+                message: None,
+            };
+        }
+        raw.extend_from_slice(&buffer[..n]);
+    }
+}
+
+fn initialize(address: &str) -> String {
+    let answer = post(
+        address,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        None,
+    );
+    assert_eq!(answer.status, 200);
+    let session = answer.session.expect("a session id");
+    let initialized = post(
+        address,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        Some(&session),
+    );
+    assert_eq!(initialized.status, 202);
+    session
+}
+
+fn add(address: &str, session: &str, a: i64, b: i64) -> Answer {
+    post(
+        address,
+        &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "builtin__add", "arguments": {"a": a, "b": b}}}),
+        Some(session),
+    )
+}
+
+fn sum_text(answer: &Answer) -> String {
+    answer.message.as_ref().unwrap()["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_session_made_on_one_replica_is_served_by_another() {
+    let (a, b) = (Replica::start(SECRET), Replica::start(SECRET));
+    let session = initialize(&a.address);
+    // The id is sealed state, not rmcp's UUID.
+    assert!(session.len() > 100, "{session}");
+    // B never saw the session and still serves it, as often as asked; so does A.
+    for (replica, n) in [(&b, 1), (&b, 2), (&a, 3)] {
+        let answer = add(&replica.address, &session, n, 40);
+        assert_eq!(answer.status, 200);
+        assert_eq!(sum_text(&answer), (n + 40).to_string());
+    }
+    // A replica with another secret cannot open it: an unknown session.
+    let stranger = Replica::start("a different secret, not shared");
+    assert_eq!(add(&stranger.address, &session, 1, 1).status, 404);
+    // Nor can anyone forge one.
+    let mut forged = session.clone().into_bytes();
+    let middle = forged.len() / 2;
+    forged[middle] = if forged[middle] == b'A' { b'B' } else { b'A' };
+    assert_eq!(
+        add(&b.address, &String::from_utf8(forged).unwrap(), 1, 1).status,
+        404
+    );
+}
+
+/// HAProxy round-robin in front of `replicas`, with health checks and its statistics page.
+struct LoadBalancer {
+    child: Child,
+    port: u16,
+}
+
+impl LoadBalancer {
+    fn start(replicas: &[Replica]) -> LoadBalancer {
+        let haproxy = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("haproxy is installed (scripts/install-system.sh)");
+        let port = {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap().port()
+        };
+        let servers: String = replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r)| format!("  server r{i} 127.0.0.1:{} check\n", r.port()))
+            .collect();
+        let config = format!(
+            "global\n  maxconn 512\ndefaults\n  mode http\n  timeout connect 2s\n  timeout client 60s\n  timeout server 60s\n  retries 3\n  option redispatch\nfrontend mcp\n  bind 127.0.0.1:{port}\n  stats enable\n  stats uri /stats\n  default_backend replicas\nbackend replicas\n  balance roundrobin\n  option httpchk GET /healthz\n  default-server inter 300ms fall 1 rise 2\n{servers}"
+        );
+        let dir = scratch_dir("replicas", "haproxy");
+        let path = dir.join("haproxy.cfg");
+        std::fs::write(&path, config).unwrap();
+        let child = Command::new(haproxy)
+            .arg("-db")
+            .arg("-f")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < DEADLINE, "haproxy did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        LoadBalancer { child, port }
+    }
+
+    /// 2xx responses HAProxy got from each replica (`r0`, `r1`, …), from its CSV statistics.
+    fn answers_per_replica(&self) -> Vec<(String, u64)> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(stream, "GET /stats;csv HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        let (head, mut rest) = text.split_once("\r\n\r\n").unwrap();
+        // HAProxy answers in chunks even to HTTP/1.0.
+        let mut body = String::new();
+        if head.to_lowercase().contains("transfer-encoding: chunked") {
+            while let Some((size, after)) = rest.split_once("\r\n") {
+                let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+                if size == 0 {
+                    break;
+                }
+                body.push_str(&after[..size]);
+                rest = after[size..].trim_start_matches("\r\n");
+            }
+        } else {
+            body.push_str(rest);
+        }
+        let mut lines = body.lines();
+        let header: Vec<&str> = lines
+            .next()
+            .unwrap()
+            .trim_start_matches("# ")
+            .split(',')
+            .collect();
+        let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+        let (proxy, server, ok) = (column("pxname"), column("svname"), column("hrsp_2xx"));
+        lines
+            .map(|line| line.split(',').collect::<Vec<_>>())
+            .filter(|f| f.len() > ok && f[proxy] == "replicas" && f[server].starts_with('r'))
+            .map(|f| (f[server].to_string(), f[ok].parse().unwrap_or(0)))
+            .collect()
+    }
+}
+
+impl Drop for LoadBalancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn three_replicas_behind_haproxy_answer_every_call_while_one_dies() {
+    let mut replicas = vec![
+        Replica::start(SECRET),
+        Replica::start(SECRET),
+        Replica::start(SECRET),
+    ];
+    let balancer = LoadBalancer::start(&replicas);
+    let url = format!("http://127.0.0.1:{}/mcp", balancer.port);
+    let python = workspace_root().join("peers/.venv/bin/python");
+    let script = workspace_root().join("peers/clients/replica_client.py");
+    let spawn = |mode: &str| {
+        Command::new(&python)
+            .arg(&script)
+            .args([mode, &url, "200"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the Python SDK is installed (scripts/install-peers.sh)")
+    };
+    let (mut legacy, mut modern) = (spawn("legacy"), spawn("auto"));
+    let lines = |child: &mut Child| {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        receiver
+    };
+    let (legacy_lines, modern_lines) = (lines(&mut legacy), lines(&mut modern));
+    // Part-way through the legacy client's calls, one replica dies without a word.
+    let mut legacy_report = None;
+    let started = Instant::now();
+    while legacy_report.is_none() {
+        assert!(started.elapsed() < DEADLINE, "the legacy client hangs");
+        let Ok(line) = legacy_lines.recv_timeout(DEADLINE) else {
+            panic!("the legacy client stopped without a report");
+        };
+        if line == "progress 80" {
+            let before = balancer.answers_per_replica();
+            assert!(
+                before.iter().all(|(_, n)| *n > 0),
+                "calls land on every replica: {before:?}"
+            );
+            let victim = &mut replicas[1];
+            victim.child.kill().unwrap();
+            victim.child.wait().unwrap();
+        }
+        if line.starts_with('{') {
+            legacy_report = Some(serde_json::from_str::<Value>(&line).unwrap());
+        }
+    }
+    let modern_report: Value = loop {
+        let line = modern_lines
+            .recv_timeout(DEADLINE)
+            .expect("the 2026-07-28 client reports");
+        if line.starts_with('{') {
+            break serde_json::from_str(&line).unwrap();
+        }
+    };
+    for (report, version) in [
+        (legacy_report.unwrap(), "2025-11-25"),
+        (modern_report, "2026-07-28"),
+    ] {
+        eprintln!("{version}: {report}");
+        assert_eq!(report["protocol_version"], version, "{report}");
+        assert_eq!(report["answered"], 200, "{report}");
+        assert_eq!(report["failed"], 0, "{report}");
+    }
+    let _ = legacy.wait();
+    let _ = modern.wait();
+    let after = balancer.answers_per_replica();
+    assert_eq!(after.len(), 3, "{after:?}");
+    eprintln!("answers per replica (HAProxy): {after:?}");
+}

@@ -1,0 +1,47 @@
+"""Many calls through a load balancer in front of `tether serve` replicas (the official Python
+SDK client), for the scale-out test.
+
+Usage: replica_client.py MODE URL CALLS
+  MODE  legacy (2025-11-25: one session, whose sealed id every replica can serve) or auto
+        (2026-07-28: stateless requests)
+Calls builtin__add(a=i, b=1) CALLS times, one after another, checking each answer. A call that
+fails (its replica died under it) is tried again, up to five times. Prints "progress N" after
+each answered call, so the test can kill a replica part-way, then one JSON line: answered,
+retried, failed, the protocol version and the errors seen.
+"""
+
+import asyncio
+import json
+import sys
+
+from mcp import Client
+
+
+async def main() -> None:
+    mode, url, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    answered, retried, failed, errors = 0, 0, 0, []
+    async with Client(url, mode=mode, read_timeout_seconds=30) as client:
+        version = client.protocol_version
+        for i in range(calls):
+            for attempt in range(5):
+                try:
+                    result = await client.call_tool("builtin__add", {"a": i, "b": 1})
+                    text = "".join(getattr(block, "text", "") for block in result.content)
+                    if result.is_error or text.strip() != str(i + 1):
+                        errors.append(f"call {i}: wrong answer {text!r}")
+                        failed += 1
+                    else:
+                        answered += 1
+                    break
+                except Exception as error:  # noqa: BLE001 - a dead replica; try again
+                    retried += 1
+                    errors.append(f"call {i} attempt {attempt}: {type(error).__name__}: {error}")
+                    await asyncio.sleep(0.2)
+            else:
+                failed += 1
+            print(f"progress {i + 1}", flush=True)
+    print(json.dumps({"answered": answered, "retried": retried, "failed": failed,
+                      "protocol_version": version, "errors": errors[:10]}), flush=True)
+
+
+asyncio.run(main())
