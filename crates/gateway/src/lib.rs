@@ -20,9 +20,9 @@ use tether_catalog::selection::{
 use tether_catalog::{ServerTools, Snapshot, ToolCatalog};
 use tether_mcp::router::qualify;
 use tether_mcp::{
-    Caller, Completion, ElicitationAnswer, ElicitationRequest, HostHandler, McpError, McpService,
-    Root, ServeError, ServerConfig, ServerConnection, ServerNotice, ServerRegistry, ServiceChange,
-    ServiceInfo,
+    CallOutcome, Caller, Completion, ElicitationAnswer, ElicitationRequest, HostHandler, McpError,
+    McpService, Readiness, Root, ServeError, ServeMetrics, ServerConfig, ServerConnection,
+    ServerNotice, ServerRegistry, ServerState, ServiceChange, ServiceInfo,
 };
 use tether_protocol::{
     ContentBlock, Prompt, PromptResult, Resource, ResourceContents, ResourceTemplate, Tool,
@@ -43,6 +43,8 @@ pub struct GatewayOptions {
     /// The tool pin file: tools that changed since they were pinned are blocked until
     /// `tether pins accept SERVER`. `None`: no pinning.
     pub pins: Option<std::path::PathBuf>,
+    /// Where tool calls are counted and timed (`/metrics` over HTTP).
+    pub metrics: Arc<ServeMetrics>,
 }
 
 impl Default for GatewayOptions {
@@ -52,6 +54,7 @@ impl Default for GatewayOptions {
             prefix: true,
             rules: ApprovalRules::default(),
             pins: None,
+            metrics: ServeMetrics::new(),
         }
     }
 }
@@ -252,19 +255,23 @@ impl Gateway {
         caller: &Caller,
     ) -> Result<ToolResult, ServeError> {
         let connection = self.connection(server)?;
+        let started = std::time::Instant::now();
         let id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let _registered = InFlightGuard::register(&self.in_flight, server, id, caller.clone());
         let (progress, relayed) = caller.progress().unzip();
         let call = connection.call_tool(tool, Some(arguments), progress);
-        let outcome = tokio::select! {
+        let (outcome, counted) = tokio::select! {
             result = call => match result {
-                Ok(result) => Ok(result),
-                Err(McpError::UnknownItem { .. }) => Err(ServeError::NotFound { what: "tool", name: tool.to_string() }),
-                Err(error) => Ok(error_result(error.to_string())),
+                Ok(result) => (Ok(result), CallOutcome::Ok),
+                Err(McpError::UnknownItem { .. }) => (Err(ServeError::NotFound { what: "tool", name: tool.to_string() }), CallOutcome::Error),
+                Err(error) => (Ok(error_result(error.to_string())), CallOutcome::Error),
             },
             // Dropping the call sends notifications/cancelled upstream.
-            _ = caller.cancelled() => Err(ServeError::Refused(format!("the client cancelled the call to \"{tool}\""))),
+            _ = caller.cancelled() => (Err(ServeError::Refused(format!("the client cancelled the call to \"{tool}\""))), CallOutcome::Cancelled),
         };
+        self.options
+            .metrics
+            .tool_call(server, tool, counted, started.elapsed().as_secs_f64());
         // Progress the server sent before its answer reaches the client before the answer
         // does (the call has dropped its sender, so the relay ends once it has sent it all).
         if let Some(relayed) = relayed {
@@ -378,6 +385,25 @@ impl Gateway {
                 what: "prompt",
                 name: name.to_string(),
             })
+    }
+}
+
+impl Readiness for Gateway {
+    /// Ready while at least one upstream server is connected (one that went away is started
+    /// again on its next call, so it counts).
+    fn ready(&self) -> Result<(), String> {
+        if self.registry.connections().next().is_some() {
+            Ok(())
+        } else {
+            Err("no upstream server is connected".into())
+        }
+    }
+
+    fn observe(&self, metrics: &ServeMetrics) {
+        for entry in self.registry.entries() {
+            let up = matches!(&entry.state, ServerState::Connected(c) if !c.is_down());
+            metrics.upstream(entry.name(), up);
+        }
     }
 }
 
@@ -707,6 +733,12 @@ impl McpService for GatewaySession {
             }
             Resolved::Tool { tool, arguments } => {
                 if let Err(reason) = self.approve(&tool.qualified_name, &arguments, caller).await {
+                    self.gateway.options.metrics.tool_call(
+                        &tool.server,
+                        &tool.tool.name,
+                        CallOutcome::Refused,
+                        0.0,
+                    );
                     return Ok(error_result(reason));
                 }
                 let arguments = match arguments {

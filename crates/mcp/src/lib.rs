@@ -15,6 +15,7 @@ pub mod sealed_sessions;
 pub mod serve;
 pub mod serve_auth;
 pub mod serve_http;
+pub mod serve_metrics;
 pub mod sse;
 mod stdio;
 
@@ -29,4 +30,5 @@ pub use router::ToolRouter;
 pub use serve::{Caller, McpService, ServeError, ServiceChange, ServiceInfo, serve_stdio};
 pub use serve_auth::{JwtSettings, Principal, StaticToken};
 pub use serve_http::{HttpOptions, MCP_PATH, serve_http};
+pub use serve_metrics::{CallOutcome, Readiness, ServeMetrics};
 pub use stdio::kill_all_servers;

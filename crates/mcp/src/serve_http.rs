@@ -2,12 +2,19 @@
 //! 2025-11-25 sessions, 2026-07-28 stateless requests) behind the checks a server reachable
 //! over the network needs. Host and Origin are validated against DNS rebinding, bearer tokens
 //! (static or JWT, see [`crate::serve_auth`]) are required when configured, request bodies are
-//! capped, and `/healthz` answers probes. The token stays here: nothing of the client's request
+//! capped, each client may have only so many requests in flight (429 beyond), `/healthz` and
+//! `/readyz` answer probes and `/metrics` reports (see [`crate::serve_metrics`]). On shutdown
+//! the listener closes and requests in flight are answered (up to a deadline) before sessions
+//! end. The token stays here: nothing of the client's request
 //! is passed to upstream servers; only the [`Principal`] it stands for travels with the request.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,12 +27,14 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use crate::sealed_sessions::{SESSION_HEADER, SealedSessions};
 use crate::serve::{McpService, ServedService};
 use crate::serve_auth::{Authenticator, JwtSettings, Principal, Refusal, StaticToken};
+use crate::serve_metrics::{Readiness, ServeMetrics};
 
 /// The path of the MCP endpoint.
 pub const MCP_PATH: &str = "/mcp";
@@ -48,6 +57,21 @@ pub struct HttpOptions {
     /// The secret every replica shares, from which the key that seals 2025-11-25 session ids
     /// is derived; `None`: a random key, so sessions live on this replica only.
     pub session_key: Option<String>,
+    /// Requests one client (a token's principal, else a peer address) may have in flight;
+    /// more are refused with 429 and a JSON-RPC error.
+    pub max_in_flight_per_client: usize,
+    /// How long requests in flight may take to finish once shutdown begins.
+    pub drain_timeout: Duration,
+    /// Metrics the endpoint and the service behind it record (`/metrics`).
+    pub metrics: Arc<ServeMetrics>,
+    /// The service's readiness and upstream health (`/readyz`); `None`: ready while serving.
+    pub readiness: Option<Arc<dyn Readiness>>,
+}
+
+impl std::fmt::Debug for dyn Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Readiness")
+    }
 }
 
 impl Default for HttpOptions {
@@ -59,12 +83,17 @@ impl Default for HttpOptions {
             allowed_origins: Vec::new(),
             max_body_bytes: 4 * 1024 * 1024,
             session_key: None,
+            max_in_flight_per_client: 64,
+            drain_timeout: Duration::from_secs(30),
+            metrics: ServeMetrics::new(),
+            readiness: None,
         }
     }
 }
 
 /// Serves `factory`'s services (one per 2025-11-25 session or per stateless request) on
-/// `listener` until `shutdown` is cancelled.
+/// `listener` until `shutdown` is cancelled, then stops accepting, lets the requests in flight
+/// finish (up to `options.drain_timeout`) and ends every session.
 pub async fn serve_http<S, F>(
     listener: TcpListener,
     factory: F,
@@ -78,6 +107,9 @@ where
     let local = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
+    // Sessions and connections end at `hard_stop`, after the drain, not at `shutdown`.
+    let hard_stop = CancellationToken::new();
+    let _stop_on_return = hard_stop.clone().drop_guard();
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     hosts.push(local.ip().to_string());
     hosts.extend(options.allowed_hosts.iter().cloned());
@@ -85,7 +117,7 @@ where
         .with_allowed_hosts(hosts)
         .with_allowed_origins(options.allowed_origins.clone())
         .with_max_request_body_bytes(options.max_body_bytes)
-        .with_cancellation_token(shutdown.child_token())
+        .with_cancellation_token(hard_stop.child_token())
         .with_sse_keep_alive(Some(Duration::from_secs(15)));
     if options.allowed_origins.is_empty() {
         config = config.enforce_origin_validation();
@@ -98,14 +130,21 @@ where
         manager.clone(),
         config,
     );
+    let (in_flight, mut in_flight_changes) = watch::channel(0usize);
     let edge = Arc::new(Edge {
         authenticator: Authenticator::new(options.tokens, options.jwt),
         sessions,
         manager,
+        metrics: options.metrics.clone(),
+        readiness: options.readiness.clone(),
+        limit: options.max_in_flight_per_client.max(1),
+        clients: Mutex::default(),
+        in_flight,
+        draining: AtomicBool::new(false),
     });
     loop {
         let (stream, peer) = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
+            _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
@@ -116,7 +155,7 @@ where
         };
         let mcp = mcp.clone();
         let edge = edge.clone();
-        let shutdown = shutdown.clone();
+        let shutdown = hard_stop.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
                 let mut mcp = mcp.clone();
@@ -135,6 +174,25 @@ where
             }
         });
     }
+    // Drain: the listener is closed (dropped below); answer what is in flight, then stop.
+    edge.draining.store(true, Ordering::SeqCst);
+    drop(listener);
+    let pending = *in_flight_changes.borrow();
+    if pending > 0 {
+        tracing::info!("draining {pending} request(s) in flight");
+        let drained = in_flight_changes.wait_for(|n| *n == 0);
+        if tokio::time::timeout(options.drain_timeout, drained)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "requests still in flight after {:?}; stopping anyway",
+                options.drain_timeout
+            );
+        }
+    }
+    hard_stop.cancel();
+    Ok(())
 }
 
 type Body = BoxBody<Bytes, Infallible>;
@@ -144,9 +202,87 @@ struct Edge {
     authenticator: Authenticator,
     sessions: Arc<SealedSessions>,
     manager: Arc<LocalSessionManager>,
+    metrics: Arc<ServeMetrics>,
+    readiness: Option<Arc<dyn Readiness>>,
+    /// Requests each client may have in flight.
+    limit: usize,
+    /// Each client's in-flight permits, by principal name or peer address.
+    clients: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Requests in flight, watched by the drain.
+    in_flight: watch::Sender<usize>,
+    /// Shutdown has begun: `/readyz` says so.
+    draining: AtomicBool,
+}
+
+/// Keeps one request counted as in flight (and its client's permit) until its response body,
+/// which for a streamed answer outlives the handler, is done or dropped.
+struct InFlight {
+    edge: Arc<Edge>,
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.edge.metrics.in_flight().dec();
+        self.edge
+            .in_flight
+            .send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// A response body that holds its request's [`InFlight`].
+struct Tracked {
+    inner: Body,
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 impl Edge {
+    /// Counts a request as in flight for `client`, or `None` when the client is at its limit.
+    fn admit(self: &Arc<Self>, client: &str, limited: bool) -> Option<InFlight> {
+        let permit = if limited {
+            let semaphore = {
+                let mut clients = self.clients.lock().ok()?;
+                // Forget idle clients now and then, so peers that come and go cost nothing.
+                if clients.len() > 10_000 {
+                    clients.retain(|_, s| s.available_permits() < self.limit);
+                }
+                clients
+                    .entry(client.to_string())
+                    .or_insert_with(|| Arc::new(Semaphore::new(self.limit)))
+                    .clone()
+            };
+            Some(semaphore.try_acquire_owned().ok()?)
+        } else {
+            None
+        };
+        self.metrics.in_flight().inc();
+        self.in_flight.send_modify(|n| *n += 1);
+        Some(InFlight {
+            edge: self.clone(),
+            _permit: permit,
+        })
+    }
+
     /// A sealed session id this replica holds becomes rmcp's own id for it; any other id
     /// passes unchanged (rmcp restores a sealed one it does not hold, and refuses the rest).
     async fn open_session_id(&self, request: &mut Request<Incoming>) {
@@ -186,10 +322,33 @@ impl Edge {
     }
 }
 
+/// The principal behind the request, when the endpoint authenticates (`Ok(None)` when it
+/// does not).
+async fn authenticate(
+    edge: &Edge,
+    request: &Request<Incoming>,
+    peer: SocketAddr,
+) -> Result<Option<Principal>, Response<Body>> {
+    if !edge.authenticator.required() {
+        return Ok(None);
+    }
+    let header = request
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match edge.authenticator.authenticate(header).await {
+        Ok(principal) => Ok(Some(principal)),
+        Err(refusal) => {
+            tracing::info!(%peer, "refused a request: {refusal}");
+            Err(refused(&refusal))
+        }
+    }
+}
+
 async fn route<M>(
     mut request: Request<Incoming>,
     mcp: &mut M,
-    edge: &Edge,
+    edge: &Arc<Edge>,
     peer: SocketAddr,
 ) -> Response<Body>
 where
@@ -197,22 +356,55 @@ where
 {
     match request.uri().path() {
         "/healthz" => plain(StatusCode::OK, "ok"),
+        "/readyz" => {
+            let ready = if edge.draining.load(Ordering::SeqCst) {
+                Err("shutting down".to_string())
+            } else {
+                edge.readiness.as_ref().map_or(Ok(()), |r| r.ready())
+            };
+            match ready {
+                Ok(()) => plain(StatusCode::OK, "ready"),
+                Err(why) => plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("not ready: {why}"),
+                ),
+            }
+        }
+        // Metrics name servers and tools, so they need a credential where requests do.
+        "/metrics" => {
+            if let Err(refusal) = authenticate(edge, &request, peer).await {
+                return refusal;
+            }
+            if let Some(readiness) = &edge.readiness {
+                readiness.observe(&edge.metrics);
+            }
+            let mut response = plain(StatusCode::OK, &edge.metrics.render());
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            response
+        }
         MCP_PATH => {
-            let authenticator = &edge.authenticator;
-            if authenticator.required() {
-                let header = request
-                    .headers()
-                    .get(hyper::header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok());
-                match authenticator.authenticate(header).await {
-                    Ok(principal) => {
-                        request.extensions_mut().insert::<Principal>(principal);
-                    }
-                    Err(refusal) => {
-                        tracing::info!(%peer, "refused a request: {refusal}");
-                        return refused(&refusal);
-                    }
+            let principal = match authenticate(edge, &request, peer).await {
+                Ok(principal) => principal,
+                Err(refusal) => {
+                    edge.metrics.http_request(refusal.status().as_u16());
+                    return refusal;
                 }
+            };
+            let client = principal
+                .as_ref()
+                .map_or_else(|| peer.ip().to_string(), |p| p.name.clone());
+            // A client's open GET stream is not work in flight; its POSTs are.
+            let limited = request.method() == hyper::Method::POST;
+            let Some(in_flight) = edge.admit(&client, limited) else {
+                edge.metrics.throttled(&client);
+                edge.metrics.http_request(429);
+                return too_many(&client, edge.limit);
+            };
+            if let Some(principal) = principal {
+                request.extensions_mut().insert::<Principal>(principal);
             }
             edge.open_session_id(&mut request).await;
             let mut response = match mcp.call(request).await {
@@ -220,7 +412,14 @@ where
                 Err(never) => match never {},
             };
             edge.seal_session_id(&mut response);
-            response
+            edge.metrics.http_request(response.status().as_u16());
+            response.map(|inner| {
+                Tracked {
+                    inner,
+                    _in_flight: in_flight,
+                }
+                .boxed()
+            })
         }
         other => plain(
             StatusCode::NOT_FOUND,
@@ -232,6 +431,24 @@ where
 fn plain(status: StatusCode, text: &str) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(text.to_string())).boxed());
     *response.status_mut() = status;
+    response
+}
+
+/// 429 with a JSON-RPC error naming the client and the limit.
+fn too_many(client: &str, limit: usize) -> Response<Body> {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": -32000, "message": format!(
+            "too many requests in flight from {client} (the gateway allows {limit} at once); wait for some to finish and try again"
+        )},
+    });
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
     response
 }
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 use tether_catalog::SelectionMode;
 use tether_gateway::{Gateway, GatewayOptions};
-use tether_mcp::{HttpOptions, JwtSettings, MCP_PATH, ServerConfig, StaticToken};
+use tether_mcp::{HttpOptions, JwtSettings, MCP_PATH, ServeMetrics, ServerConfig, StaticToken};
 use tokio_util::sync::CancellationToken;
 
 use crate::Failure;
@@ -59,6 +59,13 @@ pub struct ServeArgs {
     /// that made it.
     #[arg(long, value_name = "FILE", requires = "http")]
     pub session_key_file: Option<PathBuf>,
+    /// With --http: requests one client (a token, else an address) may have in flight;
+    /// more are refused with 429.
+    #[arg(long, value_name = "N", default_value_t = 64, requires = "http")]
+    pub max_in_flight: usize,
+    /// With --http: seconds that requests in flight may take to finish after SIGTERM.
+    #[arg(long, value_name = "SECS", default_value_t = 30, requires = "http")]
+    pub drain_timeout: u64,
     /// With --http: a browser origin allowed to call (e.g. https://app.example.com:443);
     /// repeatable. Requests from any other Origin are refused.
     #[arg(long, value_name = "ORIGIN", requires = "http")]
@@ -90,11 +97,15 @@ pub async fn serve(
         Some(addr) => Some((addr, http_options(addr, &args)?)),
         None => None,
     };
+    let metrics = http
+        .as_ref()
+        .map_or_else(ServeMetrics::new, |(_, options)| options.metrics.clone());
     let options = GatewayOptions {
         mode,
         prefix: !args.no_prefix,
         rules: approval_rules(settings)?,
         pins: crate::session::pins_path(),
+        metrics,
     };
     let (gateway, failures) = Gateway::start(servers, options)
         .await
@@ -106,7 +117,8 @@ pub async fn serve(
         None => tether_mcp::serve_stdio(gateway.session())
             .await
             .map_err(Failure::partial),
-        Some((addr, options)) => {
+        Some((addr, mut options)) => {
+            options.readiness = Some(gateway.clone());
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| Failure::usage(format!("--http {addr}: cannot listen: {e}")))?;
@@ -180,6 +192,8 @@ fn http_options(addr: SocketAddr, args: &ServeArgs) -> Result<HttpOptions, Failu
         tokens,
         jwt,
         session_key,
+        max_in_flight_per_client: args.max_in_flight,
+        drain_timeout: std::time::Duration::from_secs(args.drain_timeout),
         allowed_hosts: args.allow_host.clone(),
         allowed_origins: args.allow_origin.clone(),
         ..HttpOptions::default()

@@ -3,7 +3,8 @@
 //! round-robin load balancer needs no sticky sessions and no shared store. Tested with raw
 //! requests sent to two replicas directly, and with the official Python SDK client through
 //! HAProxy (from the Debian packages, installed by the test command) in front of three
-//! replicas, one of which is killed part-way.
+//! replicas, one of which is killed part-way. Also what running a replica needs: `/metrics`,
+//! `/readyz`, per-client limits on requests in flight, and a shutdown that drains them.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -13,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use test_support::{scratch_dir, workspace_root};
+use test_support::{everything_stdio, scratch_dir, workspace_root};
 
 /// A replica or client scenario takes seconds; a hang fails the test instead of CI.
 const DEADLINE: Duration = Duration::from_secs(180);
@@ -32,11 +33,20 @@ struct Replica {
 }
 
 impl Replica {
+    /// A replica in front of the built-in server.
     fn start(secret: &str) -> Replica {
+        Replica::start_with(
+            &format!("builtin={} builtin-server", tether()),
+            &[],
+            &[("TETHER_SESSION_KEY", secret)],
+        )
+    }
+
+    fn start_with(upstream: &str, args: &[&str], env: &[(&str, &str)]) -> Replica {
         let mut child = Command::new(tether())
-            .args(["serve", "--http", "127.0.0.1:0", "--stdio"])
-            .arg(format!("builtin={} builtin-server", tether()))
-            .env("TETHER_SESSION_KEY", secret)
+            .args(["serve", "--http", "127.0.0.1:0", "--stdio", upstream])
+            .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -79,6 +89,15 @@ struct Answer {
 
 /// POSTs one JSON-RPC message to `address`, reading until the answer to it has arrived.
 fn post(address: &str, body: &Value, session: Option<&str>) -> Answer {
+    post_with(address, body, session, &[])
+}
+
+fn post_with(
+    address: &str,
+    body: &Value,
+    session: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Answer {
     let body = body.to_string();
     let mut request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\nConnection: close\r\n",
@@ -86,6 +105,9 @@ fn post(address: &str, body: &Value, session: Option<&str>) -> Answer {
     );
     if let Some(session) = session {
         request.push_str(&format!("Mcp-Session-Id: {session}\r\n"));
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
     }
     request.push_str("\r\n");
     request.push_str(&body);
@@ -132,22 +154,53 @@ fn post(address: &str, body: &Value, session: Option<&str>) -> Answer {
 }
 
 fn initialize(address: &str) -> String {
-    let answer = post(
+    initialize_with(address, &[])
+}
+
+fn initialize_with(address: &str, headers: &[(&str, &str)]) -> String {
+    let answer = post_with(
         address,
         &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
             "clientInfo": {"name": "raw", "version": "1"}}}),
         None,
+        headers,
     );
     assert_eq!(answer.status, 200);
     let session = answer.session.expect("a session id");
-    let initialized = post(
+    let initialized = post_with(
         address,
         &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         Some(&session),
+        headers,
     );
     assert_eq!(initialized.status, 202);
     session
+}
+
+/// A GET on `path`: the status and the body.
+fn get(address: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, text.split_once("\r\n\r\n").unwrap().1.to_string())
+}
+
+/// The value of one sample line in Prometheus text (`name{labels} value`).
+fn sample(metrics: &str, line_start: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|line| line.starts_with(line_start))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
 }
 
 fn add(address: &str, session: &str, a: i64, b: i64) -> Answer {
@@ -357,4 +410,116 @@ fn three_replicas_behind_haproxy_answer_every_call_while_one_dies() {
     let after = balancer.answers_per_replica();
     assert_eq!(after.len(), 3, "{after:?}");
     eprintln!("answers per replica (HAProxy): {after:?}");
+}
+
+#[test]
+fn metrics_and_readiness_report_calls_upstream_health_and_need_the_token() {
+    let replica = Replica::start_with(
+        &format!("builtin={} builtin-server", tether()),
+        &[],
+        &[("TETHER_SERVE_TOKENS", "ops-token")],
+    );
+    let auth = [("Authorization", "Bearer ops-token")];
+    assert_eq!(get(&replica.address, "/readyz", &[]), (200, "ready".into()));
+    assert_eq!(get(&replica.address, "/metrics", &[]).0, 401);
+    let session = initialize_with(&replica.address, &auth);
+    for n in 0..3 {
+        let answer = post_with(
+            &replica.address,
+            &json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                "params": {"name": "builtin__add", "arguments": {"a": n, "b": 1}}}),
+            Some(&session),
+            &auth,
+        );
+        assert_eq!(sum_text(&answer), (n + 1).to_string());
+    }
+    let (status, metrics) = get(&replica.address, "/metrics", &auth);
+    assert_eq!(status, 200);
+    let calls = "tether_tool_calls_total{outcome=\"ok\",server=\"builtin\",tool=\"add\"}";
+    assert_eq!(sample(&metrics, calls), Some(3.0), "{metrics}");
+    let timed = "tether_tool_call_duration_seconds_count{server=\"builtin\",tool=\"add\"}";
+    assert_eq!(sample(&metrics, timed), Some(3.0), "{metrics}");
+    let up = "tether_upstream_up{server=\"builtin\"}";
+    assert_eq!(sample(&metrics, up), Some(1.0), "{metrics}");
+    // initialize, initialized and three calls were answered; the 401 before them counted too.
+    let ok = sample(&metrics, "tether_http_requests_total{status=\"200\"}").unwrap();
+    assert!(ok >= 4.0, "{metrics}");
+    assert_eq!(
+        sample(&metrics, "tether_http_requests_in_flight"),
+        Some(0.0)
+    );
+}
+
+#[test]
+fn a_client_over_its_limit_gets_429_and_shutdown_answers_the_calls_in_flight() {
+    let upstream = format!("everything={}", everything_stdio());
+    let replica = Replica::start_with(&upstream, &["--max-in-flight", "1"], &[]);
+    let address = replica.address.clone();
+    let session = initialize(&address);
+    let long_call = |address: String, session: String| {
+        post(
+            &address,
+            &json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+                "name": "everything__trigger-long-running-operation",
+                "arguments": {"duration": 2, "steps": 2}}}),
+            Some(&session),
+        )
+    };
+    let sum = |address: &str, session: &str| {
+        post(
+            address,
+            &json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+                "params": {"name": "everything__get-sum", "arguments": {"a": 1, "b": 2}}}),
+            Some(session),
+        )
+    };
+    // One at a time is within the limit, and a finished call frees its place.
+    assert_eq!(sum(&address, &session).status, 200);
+    assert_eq!(sum(&address, &session).status, 200);
+    let in_flight = {
+        let (address, session) = (address.clone(), session.clone());
+        std::thread::spawn(move || long_call(address, session))
+    };
+    let started = Instant::now();
+    while sample(
+        &get(&address, "/metrics", &[]).1,
+        "tether_http_requests_in_flight",
+    ) != Some(1.0)
+    {
+        assert!(started.elapsed() < DEADLINE, "the long call never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let refused = sum(&address, &session);
+    assert_eq!(refused.status, 429);
+    // SIGTERM while the long call runs: the listener closes, the call is still answered, and
+    // the gateway exits cleanly once it is.
+    let pid = replica.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let answered = in_flight.join().unwrap();
+    assert_eq!(answered.status, 200);
+    let text = answered.message.unwrap()["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(text.contains("Long running operation completed"), "{text}");
+    let mut replica = replica;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = replica.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "the gateway did not exit after draining"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(TcpStream::connect(&address).is_err());
 }
