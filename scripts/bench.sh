@@ -3,6 +3,7 @@
 #   mcp   — tools/call round trips vs the TypeScript and Python SDK clients; parallel start-up
 #   local — embedded-model tool-call accuracy with and without grammar; tokens/s vs llama-bench
 #   search — tool-search recall and speed over the BFCL v4 fixture (1,853 tools); tokens per mode
+#   gateway — `tether serve` vs direct vs mcp-proxy at 1/16/64 clients; peak RSS, 10 upstreams
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -28,5 +29,11 @@ if [ ! -x "$bench_dir/build/bin/llama-bench" ]; then
   cmake --build "$bench_dir/build" --target llama-bench -j "$(nproc)" >/dev/null
 fi
 export LLAMA_BENCH="$bench_dir/build/bin/llama-bench"
+# mcp-proxy (PyPI) for the gateway comparison, in its own venv: it needs mcp<2, the peers use 2.x.
+if [ ! -x peers/.venv-proxy/bin/mcp-proxy ]; then
+  python3 -m venv peers/.venv-proxy
+  peers/.venv-proxy/bin/pip install --quiet --disable-pip-version-check mcp-proxy==0.13.0
+fi
 cargo bench --locked -p tether-catalog --bench search
+cargo bench --locked -p tether --bench gateway
 cargo bench --locked -p tether --bench mcp --bench local "$@"

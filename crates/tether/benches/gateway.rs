@@ -1,0 +1,300 @@
+//! Gateway benchmark, run with `cargo bench -p tether --bench gateway` (or scripts/bench.sh).
+//!
+//! The same upstream (the built-in server, `tether builtin-server`, tool `add`) three ways:
+//! direct (Tether's client over stdio, the floor), through `tether serve --http --no-prefix`,
+//! and through `mcp-proxy` (PyPI, the common Python stdio-to-HTTP proxy) over Streamable HTTP.
+//! At 1, 16 and 64 concurrent clients (each its own session, making sequential calls) it prints
+//! calls/s and p50/p99 latency per target, median and spread over interleaved rounds, the
+//! gateway's overhead per call over direct, and its throughput against mcp-proxy's. Then the
+//! gateway's peak RSS with 10 upstream servers. `TETHER_BENCH_QUICK=1` runs fewer rounds.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use test_support::workspace_root;
+use tether_mcp::{HeadlessHost, ServerConfig, ServerConnection};
+
+fn tether() -> &'static str {
+    env!("CARGO_BIN_EXE_tether")
+}
+
+/// A process serving the built-in tools over HTTP, killed on drop.
+struct Endpoint {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn gateway(upstreams: usize) -> Endpoint {
+    let mut command = Command::new(tether());
+    command.args(["serve", "--http", "127.0.0.1:0", "--max-in-flight", "1024"]);
+    if upstreams == 1 {
+        command.arg("--no-prefix");
+    }
+    for i in 0..upstreams {
+        command
+            .arg("--stdio")
+            .arg(format!("b{i}={} builtin-server", tether()));
+    }
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut url = None;
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        if let Some(found) = line.strip_prefix("tether serve: listening on ") {
+            url = Some(found.to_string());
+            break;
+        }
+    }
+    Endpoint {
+        child,
+        url: url.expect("the gateway announces its address"),
+    }
+}
+
+fn mcp_proxy() -> Endpoint {
+    let program = workspace_root().join("peers/.venv-proxy/bin/mcp-proxy");
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let child = Command::new(&program)
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--log-level",
+            "WARNING",
+            tether(),
+            "builtin-server",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/bench.sh", program.display()));
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "mcp-proxy did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Endpoint {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    }
+}
+
+/// Latencies of `clients` concurrent clients making `calls` sequential calls each, and the
+/// wall time of the whole batch.
+async fn load(
+    connect: impl Fn() -> ServerConfig,
+    shared: bool,
+    clients: usize,
+    calls: usize,
+) -> (Vec<Duration>, Duration) {
+    let host = Arc::new(HeadlessHost);
+    let mut connections = Vec::new();
+    for _ in 0..(if shared { 1 } else { clients }) {
+        connections.push(Arc::new(
+            ServerConnection::connect(&connect(), host.clone())
+                .await
+                .expect("connects"),
+        ));
+    }
+    // Warm-up: every connection makes a few calls first.
+    for connection in &connections {
+        for i in 0..5 {
+            connection
+                .call_tool("add", json!({"a": i, "b": 1}).as_object().cloned(), None)
+                .await
+                .unwrap();
+        }
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let connection = connections[if shared { 0 } else { c }].clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(calls);
+                for i in 0..calls {
+                    let sent = Instant::now();
+                    let result = connection
+                        .call_tool("add", json!({"a": i, "b": c}).as_object().cloned(), None)
+                        .await
+                        .unwrap();
+                    latencies.push(sent.elapsed());
+                    assert!(!result.is_error);
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.unwrap());
+    }
+    let wall = started.elapsed();
+    for connection in connections {
+        if let Ok(connection) = Arc::try_unwrap(connection) {
+            connection.close().await;
+        }
+    }
+    (latencies, wall)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index].as_secs_f64() * 1e6
+}
+
+#[derive(Default)]
+struct Samples {
+    rate: Vec<f64>,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+}
+
+impl Samples {
+    fn add(&mut self, (mut latencies, wall): (Vec<Duration>, Duration)) {
+        latencies.sort();
+        self.rate.push(latencies.len() as f64 / wall.as_secs_f64());
+        self.p50.push(percentile(&latencies, 0.50));
+        self.p99.push(percentile(&latencies, 0.99));
+    }
+}
+
+/// Median, min and max.
+fn spread(values: &[f64]) -> (f64, f64, f64) {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    (
+        sorted[sorted.len() / 2],
+        sorted[0],
+        sorted[sorted.len() - 1],
+    )
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let quick = std::env::var_os("TETHER_BENCH_QUICK").is_some();
+    let rounds = if quick { 3 } else { 5 };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let gateway_one = gateway(1);
+    let proxy = mcp_proxy();
+    let direct = || ServerConfig::stdio("b", tether(), vec!["builtin-server".into()]);
+    let through_gateway = || ServerConfig::http("gateway", gateway_one.url.clone());
+    let through_proxy = || ServerConfig::http("proxy", proxy.url.clone());
+    println!(
+        "gateway: tools/call add on the built-in server, {rounds} interleaved rounds, median (min–max)"
+    );
+    println!(
+        "machine load before: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    let mut overhead_p50 = 0.0;
+    for (clients, calls) in [(1usize, 400usize), (16, 40), (64, 12)] {
+        let (mut d, mut g, mut p) = (Samples::default(), Samples::default(), Samples::default());
+        for _ in 0..rounds {
+            runtime.block_on(async {
+                d.add(load(direct, true, clients, calls).await);
+                g.add(load(through_gateway, false, clients, calls).await);
+                p.add(load(through_proxy, false, clients, calls).await);
+            });
+        }
+        println!("  {clients} client(s), {calls} calls each:");
+        for (name, s) in [
+            ("direct (stdio)", &d),
+            ("tether serve", &g),
+            ("mcp-proxy 0.13.0", &p),
+        ] {
+            let (rate, rate_lo, rate_hi) = spread(&s.rate);
+            let (p50, ..) = spread(&s.p50);
+            let (p99, ..) = spread(&s.p99);
+            println!(
+                "    {name:<18} {rate:8.0} calls/s ({rate_lo:.0}–{rate_hi:.0})  p50 {p50:7.0} µs  p99 {p99:7.0} µs"
+            );
+        }
+        let ratio = spread(&g.rate).0 / spread(&p.rate).0;
+        println!("    tether serve / mcp-proxy throughput: {ratio:.2}x");
+        if clients == 1 {
+            overhead_p50 = spread(&g.p50).0 - spread(&d.p50).0;
+        }
+    }
+    println!(
+        "gateway overhead over direct at 1 client: {overhead_p50:.0} µs p50 per call (HTTP and the gateway together)"
+    );
+    drop(gateway_one);
+    drop(proxy);
+
+    // Peak memory with 10 upstream servers, after every one has answered calls.
+    let ten = gateway(10);
+    runtime.block_on(async {
+        let connection = ServerConnection::connect(
+            &ServerConfig::http("gateway", ten.url.clone()),
+            Arc::new(HeadlessHost),
+        )
+        .await
+        .unwrap();
+        for i in 0..10 {
+            for n in 0..20 {
+                connection
+                    .call_tool(
+                        &format!("b{i}__add"),
+                        json!({"a": n, "b": 1}).as_object().cloned(),
+                        None,
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        connection.close().await;
+    });
+    let rss = peak_rss_kib(ten.child.id()).unwrap_or(0);
+    println!(
+        "gateway peak RSS with 10 upstream servers: {:.1} MiB (the gateway process alone)",
+        rss as f64 / 1024.0
+    );
+    println!(
+        "machine load after: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+}
