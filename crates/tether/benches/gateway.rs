@@ -6,7 +6,9 @@
 //! At 1, 16 and 64 concurrent clients (each its own session, making sequential calls) it prints
 //! calls/s and p50/p99 latency per target, median and spread over interleaved rounds, the
 //! gateway's overhead per call over direct, and its throughput against mcp-proxy's. Then the
-//! gateway's peak RSS with 10 upstream servers. `TETHER_BENCH_QUICK=1` runs fewer rounds.
+//! gateway's peak RSS with 10 upstream servers. `TETHER_BENCH_QUICK=1` runs fewer rounds;
+//! `TETHER_BENCH_ERA=2025-11-25` (or `2026-07-28`) pins the protocol era the client speaks to
+//! the gateway (by default it negotiates, which gives 2026-07-28).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
@@ -217,7 +219,11 @@ fn main() {
     let gateway_one = gateway(1);
     let proxy = mcp_proxy();
     let direct = || ServerConfig::stdio("b", tether(), vec!["builtin-server".into()]);
-    let through_gateway = || ServerConfig::http("gateway", gateway_one.url.clone());
+    let through_gateway = || {
+        let mut config = ServerConfig::http("gateway", gateway_one.url.clone());
+        config.protocol_version = std::env::var("TETHER_BENCH_ERA").ok();
+        config
+    };
     let through_proxy = || ServerConfig::http("proxy", proxy.url.clone());
     println!(
         "gateway: tools/call add on the built-in server, {rounds} interleaved rounds, median (min–max)"
