@@ -801,16 +801,19 @@ impl Chat<'_> {
                 if rest.is_empty() {
                     return Err("/export FILE.md or FILE.json".into());
                 }
+                // The session file holds what the export needs (start time, finished turns,
+                // name); it is written line by line, so it is up to date. The conversation
+                // in memory is what the user sees now (after /clear or /compact).
+                let saved = self
+                    .log
+                    .as_ref()
+                    .and_then(|l| l.lock().ok().map(|l| l.path().to_path_buf()))
+                    .and_then(|path| session::load(&path).ok());
                 let loaded = Loaded {
-                    id: self
-                        .log
-                        .as_ref()
-                        .and_then(|l| l.lock().ok().map(|l| l.id.clone()))
-                        .unwrap_or_default(),
                     model: self.provider.name().to_string(),
                     messages: self.conversation.clone(),
                     usage: self.usage,
-                    ..Loaded::default()
+                    ..saved.unwrap_or_default()
                 };
                 let text = if rest.ends_with(".json") {
                     serde_json::to_string_pretty(&session::to_json(&loaded))

@@ -39,7 +39,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
         Command::Run { question, model } => {
             let servers = with_builtin(servers)?;
             let host = host(&servers);
-            crate::run::run(servers, settings, model, question, json, host).await
+            crate::run::run(servers, settings, model, question, json, host, source).await
         }
         Command::Chat { model, resume } => {
             let servers = with_builtin(servers)?;

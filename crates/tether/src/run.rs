@@ -732,6 +732,7 @@ pub async fn run(
     question: String,
     json: bool,
     mut host: TerminalHost,
+    config_file: Option<std::path::PathBuf>,
 ) -> Result<(), Failure> {
     let Setup {
         provider,
@@ -763,7 +764,9 @@ pub async fn run(
     for line in pin_tools(&catalog, &registry) {
         eprintln!("note: {}", terminal_safe(&line));
     }
-    let terminal = TerminalApprover::default();
+    // "[r]emember" writes where chat writes: the config in use, else the user's config.
+    let terminal =
+        TerminalApprover::remembering_in(config_file.or_else(tether_mcp::config::user_config_path));
     let interactive = !json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let approver: &dyn Approver = if interactive {
         &terminal

@@ -72,6 +72,44 @@ fn start(dir: &Path, command: &str) -> Terminal {
 }
 
 #[test]
+fn run_remembers_an_approval_in_the_config_it_was_given() {
+    let _one_at_a_time = one_at_a_time();
+    let dir = workdir("run-remember");
+    let config = dir.join("team.json");
+    std::fs::write(&config, r#"{"approval": {"deny": ["*__delete_*"]}}"#).unwrap();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "everything__toggle-subscriber-updates", "{}"),
+            Reply::text("Updates are on."),
+        ],
+    );
+    let command = format!(
+        "cd {} && {} --config {} --stdio '{}' run --model openai:scripted --base-url {} 'turn updates on'",
+        dir.display(),
+        env!("CARGO_BIN_EXE_tether"),
+        config.display(),
+        everything_stdio(),
+        model.base_url()
+    );
+    let terminal = start(&dir, &command);
+    terminal.wait_for("[r]emember in the config:");
+    terminal.type_text("r");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("Updates are on.");
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    assert_eq!(
+        written["approval"]["allow"],
+        serde_json::json!(["everything__toggle-subscriber-updates"])
+    );
+    // What was there stays.
+    assert_eq!(
+        written["approval"]["deny"],
+        serde_json::json!(["*__delete_*"])
+    );
+}
+
+#[test]
 fn a_conversation_with_approval_commands_history_and_ctrl_c() {
     let _one_at_a_time = one_at_a_time();
     let dir = workdir("terminal");
@@ -478,6 +516,17 @@ fn slash_commands_in_a_terminal() {
         exported.contains("[Summary of the earlier conversation]"),
         "{exported}"
     );
+    // The JSON export carries the session's start, its finished turns and its name.
+    terminal.type_text("/export talk.json");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("wrote talk.json");
+    let exported: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("talk.json")).unwrap()).unwrap();
+    assert!(
+        exported["created"].as_str().is_some_and(|c| c.len() >= 10),
+        "{exported}"
+    );
+    assert!(exported["turns"].as_u64().unwrap() >= 2, "{exported}");
     terminal.type_text("/model nowhere:thing");
     terminal.press(&["Enter"]);
     terminal.wait_for("error: --model \"nowhere:thing\"");
