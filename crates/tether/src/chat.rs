@@ -535,6 +535,18 @@ impl Chat<'_> {
         }
         drop(events);
         let _ = renderer.await;
+        // A turn cancelled during tool calls leaves calls without results; the next request
+        // would carry them and providers refuse that. Each gets a result saying it was
+        // cancelled, saved before the turn ends so the session file reads the same.
+        if outcome.is_err() {
+            let added = session::answer_calls_left_open(
+                &mut self.conversation,
+                "Error: cancelled: the user stopped this call before it finished; its outcome is unknown",
+            );
+            for message in added {
+                self.save(Record::Message { message });
+            }
+        }
         let (status, usage) = match &outcome {
             Ok(TurnOutcome {
                 stopped: Some(_),

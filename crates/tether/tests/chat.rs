@@ -123,6 +123,7 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
                 "everything__trigger-long-running-operation",
                 r#"{"duration": 60, "steps": 60}"#,
             ),
+            Reply::text("It was stopped."),
         ],
     );
     let terminal = start(&dir, &chat_command(&dir, &model, ""));
@@ -171,6 +172,31 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
     terminal.press(&["C-c"]);
     terminal.wait_for("(cancelled)");
     terminal.wait_for_count("you> ", 5, Duration::from_secs(30));
+    // The cancelled call has a result in the conversation, so the next request is one a
+    // provider accepts: the call c2, then its result, then the new question.
+    terminal.type_text("what happened?");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("It was stopped.");
+    let requests = model.requests();
+    let messages = requests.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let call = messages
+        .iter()
+        .position(|m| m["tool_calls"][0]["id"] == "c2")
+        .expect("the cancelled call is in the history");
+    assert_eq!(messages[call + 1]["role"], "tool", "{messages:?}");
+    assert_eq!(messages[call + 1]["tool_call_id"], "c2");
+    assert!(
+        messages[call + 1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled"),
+        "{messages:?}"
+    );
+    assert_eq!(messages[call + 2]["content"], "what happened?");
+    terminal.wait_for_count("you> ", 6, Duration::from_secs(30));
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
     drop(terminal);
@@ -180,7 +206,7 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
     let terminal = start(&dir, &chat_command(&dir, &model, ""));
     wait_until_ready(&terminal);
     terminal.press(&["Up"]);
-    terminal.wait_for("you> run it longer");
+    terminal.wait_for("you> what happened?");
     terminal.press(&["C-u", "C-d"]);
     terminal.wait_for("[exit 0]");
 }
