@@ -461,6 +461,12 @@ impl ServerConnection {
         if let Some(tool) = tools.iter().find(|t| t.name == name) {
             return Ok(tool.clone());
         }
+        if !self.config.offers_tool(name) {
+            return Err(McpError::DisabledTool {
+                server: self.config.name.clone(),
+                name: name.to_string(),
+            });
+        }
         Err(McpError::UnknownItem {
             server: self.config.name.clone(),
             what: "tool",

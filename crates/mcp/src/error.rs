@@ -36,6 +36,16 @@ pub enum McpError {
         /// Close matches.
         suggestions: Vec<String>,
     },
+    /// The config's `allowedTools`/`disabledTools` leave this tool out.
+    #[error(
+        "server \"{server}\": tool \"{name}\" is disabled in the config (\"allowedTools\" or \"disabledTools\" of server \"{server}\"); change the list to call it"
+    )]
+    DisabledTool {
+        /// The server.
+        server: String,
+        /// The tool.
+        name: String,
+    },
     /// The server is disabled in the config.
     #[error("server \"{0}\" is disabled in the config; remove \"disabled\": true to use it")]
     Disabled(String),
@@ -105,6 +115,7 @@ impl McpError {
             McpError::Config { .. }
             | McpError::UnknownServer { .. }
             | McpError::UnknownItem { .. }
+            | McpError::DisabledTool { .. }
             | McpError::Disabled(_)
             | McpError::InvalidArguments(_) => ErrorClass::Usage,
             McpError::Unreachable { .. }
@@ -153,7 +164,8 @@ pub fn near_matches<'a>(
         .into_iter()
         .map(|c| {
             let lower = c.to_lowercase();
-            let mut score = strsim::normalized_levenshtein(&wanted_lower, &lower);
+            // Damerau: a swapped pair of letters (`ecoh`) is one slip, not two.
+            let mut score = strsim::normalized_damerau_levenshtein(&wanted_lower, &lower);
             if lower.contains(&wanted_lower) || wanted_lower.contains(&lower) {
                 score = score.max(0.9);
             }
@@ -205,5 +217,7 @@ mod tests {
         let got = near_matches("get_sum", ["get-sum", "echo", "get-env"]);
         assert_eq!(got.first().map(String::as_str), Some("get-sum"));
         assert!(!got.contains(&"echo".to_string()));
+        assert_eq!(near_matches("ecoh", ["echo", "get-sum"]), ["echo"]);
+        assert_eq!(near_matches("cty", ["city", "country"]), ["city"]);
     }
 }

@@ -20,21 +20,88 @@ pub fn tool_arguments(
             )),
         };
     }
+    let declared: Vec<&str> = input_schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    // A schema that says nothing about its parameters takes whatever is given.
+    let open =
+        declared.is_empty() || input_schema.get("additionalProperties") == Some(&Value::Bool(true));
     let mut map = Map::new();
     for word in words {
         let (key, raw) = split_pair(word)?;
+        if map.contains_key(key) {
+            return Err(format!(
+                "argument \"{key}\" is given twice; give each parameter once"
+            ));
+        }
+        if !open && !declared.contains(&key) {
+            return Err(unknown_parameter(key, &declared));
+        }
         let value = typed_value(key, raw, property_types(input_schema, key))?;
         map.insert(key.to_string(), value);
     }
     Ok(map)
 }
 
-/// Parses prompt arguments, which MCP defines as strings.
-pub fn prompt_arguments(words: &[String]) -> Result<Map<String, Value>, String> {
-    words
+/// Parses prompt arguments, which MCP defines as strings, against the prompt's declared
+/// arguments: each given once, each one the prompt takes, every required one present.
+pub fn prompt_arguments(
+    words: &[String],
+    declared: &[tether_protocol::PromptArgument],
+) -> Result<Map<String, Value>, String> {
+    let names: Vec<&str> = declared.iter().map(|a| a.name.as_str()).collect();
+    let mut map = Map::new();
+    for word in words {
+        let (key, raw) = split_pair(word)?;
+        if map.contains_key(key) {
+            return Err(format!("argument \"{key}\" is given twice; give it once"));
+        }
+        if !names.is_empty() && !names.contains(&key) {
+            return Err(unknown_parameter(key, &names));
+        }
+        map.insert(key.to_string(), Value::String(raw.to_string()));
+    }
+    let missing: Vec<&str> = declared
         .iter()
-        .map(|w| split_pair(w).map(|(k, v)| (k.to_string(), Value::String(v.to_string()))))
-        .collect()
+        .filter(|a| a.required && !map.contains_key(&a.name))
+        .map(|a| a.name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "missing required argument{} {}; add {}",
+            if missing.len() == 1 { "" } else { "s" },
+            missing
+                .iter()
+                .map(|m| format!("\"{m}\""))
+                .collect::<Vec<_>>()
+                .join(", "),
+            missing
+                .iter()
+                .map(|m| format!("{m}=…"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+    }
+    Ok(map)
+}
+
+/// "no parameter "cty" (did you mean "city"?); it takes: city, units".
+fn unknown_parameter(key: &str, declared: &[&str]) -> String {
+    let near = tether_mcp::error::near_matches(key, declared.iter().copied());
+    let hint = match near.first() {
+        Some(best) => format!(" (did you mean \"{best}\"?)"),
+        None => String::new(),
+    };
+    format!(
+        "no parameter \"{key}\"{hint}; it takes: {}",
+        if declared.is_empty() {
+            "none".to_string()
+        } else {
+            declared.join(", ")
+        }
+    )
 }
 
 fn split_pair(word: &str) -> Result<(&str, &str), String> {
@@ -110,7 +177,7 @@ mod tests {
         let schema = json!({"properties": {
             "a": {"type": "number"}, "name": {"type": "string"}, "flag": {"type": "boolean"},
             "tags": {"type": "array"}
-        }});
+        }, "additionalProperties": true});
         let args = tool_arguments(
             &words(&["a=2", "name=42", "flag=true", "tags=[1,2]", "other=x"]),
             &schema,
@@ -134,6 +201,35 @@ mod tests {
     }
 
     #[test]
+    fn unknown_and_repeated_parameters_are_refused_with_the_list() {
+        let schema = json!({"properties": {"message": {"type": "string"}}});
+        let err = tool_arguments(&words(&["message=hi", "c=3"]), &schema).unwrap_err();
+        assert_eq!(err, "no parameter \"c\"; it takes: message");
+        let err = tool_arguments(&words(&["mesage=hi"]), &schema).unwrap_err();
+        assert!(err.contains("did you mean \"message\"?"), "{err}");
+        let err = tool_arguments(&words(&["message=hi", "message=ho"]), &schema).unwrap_err();
+        assert!(err.contains("\"message\" is given twice"), "{err}");
+        // A schema without parameters takes anything.
+        assert!(tool_arguments(&words(&["x=1"]), &json!({"type": "object"})).is_ok());
+    }
+
+    #[test]
+    fn prompt_arguments_are_checked_against_the_prompt() {
+        let declared: Vec<tether_protocol::PromptArgument> = serde_json::from_value(json!([
+            {"name": "city", "required": true}, {"name": "units"}]))
+        .unwrap();
+        let err = prompt_arguments(&words(&["cty=Oslo"]), &declared).unwrap_err();
+        assert!(
+            err.contains("no parameter \"cty\" (did you mean \"city\"?)"),
+            "{err}"
+        );
+        let err = prompt_arguments(&words(&["units=metric"]), &declared).unwrap_err();
+        assert_eq!(err, "missing required argument \"city\"; add city=…");
+        let args = prompt_arguments(&words(&["city=Oslo"]), &declared).unwrap();
+        assert_eq!(Value::Object(args), json!({"city": "Oslo"}));
+    }
+
+    #[test]
     fn json_object_passes_through() {
         let args = tool_arguments(&words(&["{\"a\": 2, \"b\": 3}"]), &json!({})).unwrap();
         assert_eq!(Value::Object(args), json!({"a": 2, "b": 3}));
@@ -150,7 +246,7 @@ mod tests {
             if let Err(message) = tool_arguments(&words, &schema) {
                 proptest::prop_assert!(!message.is_empty());
             }
-            let _ = prompt_arguments(&words);
+            let _ = prompt_arguments(&words, &[]);
         }
 
         /// `key=value` is typed by the schema: the integer for an integer, the text as typed

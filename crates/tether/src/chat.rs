@@ -970,6 +970,22 @@ fn show_transcript(loaded: &Loaded) {
     }
 }
 
+/// The arguments `name` declares (none when the server does not list it: getting it then
+/// names the problem).
+pub(crate) async fn declared_prompt_arguments(
+    connection: &tether_mcp::ServerConnection,
+    name: &str,
+) -> Vec<tether_protocol::PromptArgument> {
+    connection
+        .list_prompts()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .find(|p| p.name == name)
+        .map(|p| p.arguments)
+        .unwrap_or_default()
+}
+
 /// `/prompt SERVER NAME key=value…`: the server's prompt as conversation messages.
 async fn expand_prompt(registry: &ServerRegistry, rest: &str) -> Result<Vec<Message>, String> {
     let words = shlex::split(rest.trim())
@@ -982,7 +998,8 @@ async fn expand_prompt(registry: &ServerRegistry, rest: &str) -> Result<Vec<Mess
     let connection = registry
         .connection(server)
         .map_err(|e: McpError| e.to_string())?;
-    let arguments = crate::arguments::prompt_arguments(pairs)
+    let declared = declared_prompt_arguments(connection, name).await;
+    let arguments = crate::arguments::prompt_arguments(pairs, &declared)
         .map_err(|e| format!("/prompt {server} {name}: {e}"))?;
     let result = connection
         .get_prompt(name, arguments)

@@ -615,7 +615,8 @@ async fn prompt_command(
 ) -> Result<(), Failure> {
     single_failure(registry, server)?;
     let connection = registry.connection(server)?;
-    let arguments = crate::arguments::prompt_arguments(words)
+    let declared = crate::chat::declared_prompt_arguments(connection, name).await;
+    let arguments = crate::arguments::prompt_arguments(words, &declared)
         .map_err(|e| Failure::usage(format!("server \"{server}\": prompt \"{name}\": {e}")))?;
     let result = connection.get_prompt(name, arguments).await?;
     if json {

@@ -567,6 +567,92 @@ fn unknown_server_and_tool_list_near_matches() {
 }
 
 #[test]
+fn typos_unknown_and_repeated_arguments_and_disabled_tools_are_named() {
+    let everything = everything_stdio();
+    let call = |args: &[&str]| {
+        let mut all = vec!["call", "everything"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--stdio", &everything]);
+        tether(&all)
+    };
+    let run = call(&["ecoh", "message=hi"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.only_error().contains("did you mean \"echo\"?"),
+        "{}",
+        run.stderr
+    );
+    let run = call(&["echo", "message=hi", "c=3"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.only_error(),
+        "error: server \"everything\": tool \"echo\": no parameter \"c\"; it takes: message"
+    );
+    let run = call(&["echo", "message=hi", "message=ho"]);
+    assert_eq!(run.code, 1);
+    assert!(run.only_error().contains("\"message\" is given twice"));
+    // Prompt arguments are checked against what the prompt declares.
+    let run = tether(&[
+        "prompt",
+        "everything",
+        "args-prompt",
+        "cty=Oslo",
+        "--stdio",
+        &everything,
+    ]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.only_error()
+            .contains("no parameter \"cty\" (did you mean \"city\"?)"),
+        "{}",
+        run.stderr
+    );
+    let run = tether(&[
+        "prompt",
+        "everything",
+        "args-prompt",
+        "--stdio",
+        &everything,
+    ]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.only_error()
+            .contains("missing required argument \"city\"; add city=…"),
+        "{}",
+        run.stderr
+    );
+    // A tool the config filters out is "disabled in the config", not unknown.
+    let dir = tempdir();
+    let config = dir.join("config.json");
+    let command = test_support::npm_bin("mcp-server-everything");
+    std::fs::write(
+        &config,
+        serde_json::json!({"mcpServers": {"everything": {"command": command, "args": ["stdio"],
+            "disabledTools": ["echo"]}}})
+        .to_string(),
+    )
+    .unwrap();
+    let run = tether_in(
+        &dir,
+        &[
+            "call",
+            "everything",
+            "echo",
+            "message=hi",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(run.code, 1);
+    assert!(
+        run.only_error()
+            .contains("tool \"echo\" is disabled in the config"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn invalid_json_arguments_are_a_usage_error() {
     let everything = everything_stdio();
     let run = tether(&[
