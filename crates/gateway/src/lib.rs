@@ -812,6 +812,7 @@ impl McpService for GatewaySession {
         target: Completion<'_>,
         argument: &str,
         value: &str,
+        context: &std::collections::HashMap<String, String>,
     ) -> Result<Vec<String>, ServeError> {
         let (server, upstream_name) = match target {
             Completion::Prompt(name) => self.gateway.find_prompt(name).await?,
@@ -831,7 +832,7 @@ impl McpService for GatewaySession {
         };
         self.gateway
             .connection(&server)?
-            .complete(target, argument, value)
+            .complete(target, argument, value, context)
             .await
             .map_err(|e| ServeError::InvalidParams(e.to_string()))
     }

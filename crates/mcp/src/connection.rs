@@ -640,9 +640,13 @@ impl ServerConnection {
         target: Completion<'_>,
         argument: &str,
         value: &str,
+        context: &std::collections::HashMap<String, String>,
     ) -> Result<Vec<String>, McpError> {
         let operation = format!("completing \"{argument}\"");
         let session = self.live().await?;
+        // Earlier arguments narrow what the server suggests (a country before its cities).
+        let context = (!context.is_empty())
+            .then(|| rmcp::model::CompletionContext::with_arguments(context.clone()));
         let info = match target {
             Completion::Prompt(name) => {
                 self.request(
@@ -650,7 +654,7 @@ impl ServerConnection {
                     &operation,
                     session
                         .client
-                        .complete_prompt_argument(name, argument, value, None),
+                        .complete_prompt_argument(name, argument, value, context),
                 )
                 .await?
             }
@@ -660,7 +664,7 @@ impl ServerConnection {
                     &operation,
                     session
                         .client
-                        .complete_resource_argument(template, argument, value, None),
+                        .complete_resource_argument(template, argument, value, context),
                 )
                 .await?
             }

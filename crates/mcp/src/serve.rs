@@ -295,6 +295,7 @@ pub trait McpService: Send + Sync + 'static {
         _target: Completion<'_>,
         _argument: &str,
         _value: &str,
+        _context: &std::collections::HashMap<String, String>,
     ) -> Result<Vec<String>, ServeError> {
         Ok(Vec::new())
     }
@@ -607,9 +608,17 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
         };
         let argument = value["argument"]["name"].as_str().unwrap_or_default();
         let typed = value["argument"]["value"].as_str().unwrap_or_default();
+        let context: std::collections::HashMap<String, String> = value["context"]["arguments"]
+            .as_object()
+            .map(|args| {
+                args.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut values = self
             .service
-            .complete(target, argument, typed)
+            .complete(target, argument, typed, &context)
             .await
             .map_err(ServeError::into_error_data)?;
         let total = values.len();

@@ -111,7 +111,17 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
             template,
             argument,
             value,
+            context,
         } => {
+            let context = context
+                .iter()
+                .map(|pair| match pair.split_once('=') {
+                    Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+                    _ => Err(Failure::usage(format!(
+                        "--context \"{pair}\" is not NAME=VALUE"
+                    ))),
+                })
+                .collect::<Result<std::collections::HashMap<_, _>, _>>()?;
             let registry = start(&servers, Some(&server), &shared).await?;
             let target = match (&prompt, &template) {
                 (Some(prompt), _) => Completion::Prompt(prompt),
@@ -126,7 +136,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
                 single_failure(&registry, &server)?;
                 let values = registry
                     .connection(&server)?
-                    .complete(target, &argument, &value)
+                    .complete(target, &argument, &value, &context)
                     .await?;
                 if json {
                     render::print_json(&json!(values));

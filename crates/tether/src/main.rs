@@ -187,6 +187,10 @@ enum Command {
         /// What is typed so far.
         #[arg(default_value = "")]
         value: String,
+        /// An argument already chosen, as context for the suggestions (`--context
+        /// department=Engineering`); repeatable.
+        #[arg(long = "context", value_name = "NAME=VALUE")]
+        context: Vec<String>,
     },
     /// List prompts and their arguments.
     Prompts {

@@ -653,6 +653,40 @@ fn typos_unknown_and_repeated_arguments_and_disabled_tools_are_named() {
 }
 
 #[test]
+fn complete_passes_earlier_arguments_as_context() {
+    let everything = everything_stdio();
+    let complete = |extra: &[&str]| {
+        let mut args = vec![
+            "complete",
+            "everything",
+            "--prompt",
+            "completable-prompt",
+            "name",
+            "",
+            "--stdio",
+            &everything,
+        ];
+        args.extend_from_slice(extra);
+        tether(&args)
+    };
+    let run = complete(&["--context", "department=Engineering"]);
+    ok(&run);
+    assert_eq!(
+        run.stdout.lines().collect::<Vec<_>>(),
+        ["Alice", "Bob", "Charlie"]
+    );
+    let run = complete(&["--context", "department=Sales"]);
+    ok(&run);
+    assert_eq!(
+        run.stdout.lines().collect::<Vec<_>>(),
+        ["David", "Eve", "Frank"]
+    );
+    let run = complete(&["--context", "department"]);
+    assert_eq!(run.code, 1);
+    assert!(run.only_error().contains("is not NAME=VALUE"));
+}
+
+#[test]
 fn invalid_json_arguments_are_a_usage_error() {
     let everything = everything_stdio();
     let run = tether(&[
