@@ -2,6 +2,7 @@
 # Installs the pinned MCP peers the tests and benchmarks run against:
 #   npm:  peers/package-lock.json   -> peers/node_modules
 #   PyPI: peers/requirements.txt    -> peers/.venv
+#         peers/requirements-sqlite.txt -> peers/.venv-sqlite (needs mcp 1.x)
 # Each install is skipped when a stamp shows the same pins were installed before, so a second
 # run downloads nothing.
 set -euo pipefail
@@ -27,6 +28,16 @@ else
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
   echo "$pip_hash" > .stamp-pip
+fi
+
+sqlite_hash="$(sha256sum requirements-sqlite.txt | cut -c1-16)"
+if stamp_ok .stamp-sqlite "$sqlite_hash" && [ -x .venv-sqlite/bin/mcp-server-sqlite ]; then
+  echo "peers: sqlite server up to date"
+else
+  echo "peers: installing mcp-server-sqlite (requirements-sqlite.txt)"
+  python3 -m venv .venv-sqlite
+  .venv-sqlite/bin/pip install --quiet --disable-pip-version-check -r requirements-sqlite.txt
+  echo "$sqlite_hash" > .stamp-sqlite
 fi
 
 # The BFCL v4 data set (tool search tests and benchmark): the wheel's data files only, turned

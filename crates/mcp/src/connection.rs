@@ -643,6 +643,12 @@ impl ServerConnection {
         context: &std::collections::HashMap<String, String>,
     ) -> Result<Vec<String>, McpError> {
         let operation = format!("completing \"{argument}\"");
+        if !self.summary.has_capability("completions") {
+            return Err(McpError::InvalidArguments(format!(
+                "server \"{}\" does not offer completion (it declares no \"completions\" capability)",
+                self.config.name
+            )));
+        }
         let session = self.live().await?;
         // Earlier arguments narrow what the server suggests (a country before its cities).
         let context = (!context.is_empty())
@@ -684,7 +690,10 @@ impl ServerConnection {
                 "resources/list",
                 all_pages(|page| session.client.list_resources(page)),
             )
-            .await?;
+            .await;
+        let Some(list) = optional_list(list)? else {
+            return Ok(Vec::new());
+        };
         self.convert("resources/list", list)
     }
 
@@ -700,7 +709,10 @@ impl ServerConnection {
                 "resources/templates/list",
                 all_pages(|page| session.client.list_resource_templates(page)),
             )
-            .await?;
+            .await;
+        let Some(list) = optional_list(list)? else {
+            return Ok(Vec::new());
+        };
         self.convert("resources/templates/list", list)
     }
 
@@ -731,7 +743,10 @@ impl ServerConnection {
                 "prompts/list",
                 all_pages(|page| session.client.list_prompts(page)),
             )
-            .await?;
+            .await;
+        let Some(list) = optional_list(list)? else {
+            return Ok(Vec::new());
+        };
         self.convert("prompts/list", list)
     }
 
@@ -1210,5 +1225,15 @@ fn summarize(client: &RunningService<RoleClient, ClientSession>) -> ServerSummar
         era,
         capabilities,
         instructions: info.as_ref().and_then(|i| i.instructions.clone()),
+    }
+}
+
+/// An optional list the server does not implement ("Method not found", -32601) is empty, not
+/// a failure: servers that declare `resources` often serve no templates.
+fn optional_list<T>(result: Result<T, McpError>) -> Result<Option<T>, McpError> {
+    match result {
+        Ok(list) => Ok(Some(list)),
+        Err(McpError::Rpc { code: -32601, .. }) => Ok(None),
+        Err(error) => Err(error),
     }
 }

@@ -105,6 +105,13 @@ pub fn everything_stdio() -> String {
     format!("{} stdio", quote(&npm_bin("mcp-server-everything")))
 }
 
+/// `--stdio` command line for `mcp-server-sqlite` (legacy era, mcp 1.30.0) on the database
+/// file `db`.
+pub fn sqlite_stdio(db: &Path) -> String {
+    let program = require(workspace_root().join("peers/.venv-sqlite/bin/mcp-server-sqlite"));
+    format!("{} --db-path {}", quote(&program), quote(db))
+}
+
 /// `--stdio` command line for `mcp-server-time`, which speaks the modern era.
 pub fn time_stdio() -> String {
     format!(

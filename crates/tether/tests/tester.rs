@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use test_support::{HttpServer, everything_stdio, misbehaving_stdio, time_stdio};
+use test_support::{HttpServer, everything_stdio, misbehaving_stdio, sqlite_stdio, time_stdio};
 
 /// Nothing the tester does should take this long; a hang fails the test instead of CI.
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -649,6 +649,33 @@ fn typos_unknown_and_repeated_arguments_and_disabled_tools_are_named() {
             .contains("tool \"echo\" is disabled in the config"),
         "{}",
         run.stderr
+    );
+}
+
+#[test]
+fn a_list_the_server_does_not_implement_is_empty_not_a_failure() {
+    // mcp-server-sqlite declares resources but answers "Method not found" to
+    // resources/templates/list, and declares no completions.
+    let dir = tempdir();
+    let sqlite = sqlite_stdio(&dir.join("test.db"));
+    let run = tether_in(&dir, &["servers", "--stdio", &sqlite]);
+    ok(&run);
+    assert!(run.stdout.contains("1+0t"), "{}", run.stdout);
+    let run = tether_in(&dir, &["servers", "--json", "--stdio", &sqlite]);
+    ok(&run);
+    let run = tether_in(&dir, &["resources", "sqlite", "--stdio", &sqlite]);
+    ok(&run);
+    assert!(run.stdout.contains("memo://insights"), "{}", run.stdout);
+    let run = tether_in(
+        &dir,
+        &[
+            "complete", "sqlite", "--prompt", "mcp-demo", "topic", "", "--stdio", &sqlite,
+        ],
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(
+        run.only_error(),
+        "error: server \"sqlite\" does not offer completion (it declares no \"completions\" capability)"
     );
 }
 
