@@ -963,7 +963,7 @@ fn show_transcript(loaded: &Loaded) {
                 out,
                 "{} {name}: {}",
                 if *is_error { "✗" } else { "←" },
-                clip(content.lines().next().unwrap_or_default(), 200)
+                crate::run::one_line(content, 200)
             ),
             Message::System { .. } => Ok(()),
         };

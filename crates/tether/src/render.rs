@@ -315,12 +315,24 @@ fn print_link(link: &Resource) {
     }
 }
 
-/// A tool result: every block in order, then `structuredContent`.
+/// A tool result: every block in order, then `structuredContent` unless a text block already
+/// carries the same JSON (as the spec asks tools to do, so it would print twice).
 pub fn tool_result(server: &str, tool: &str, result: &ToolResult) {
     for (index, block) in result.content.iter().enumerate() {
         print_block(&format!("{server}-{tool}-{}", index + 1), block);
     }
-    if let Some(structured) = &result.structured_content {
+    let repeated = |structured: &serde_json::Value| {
+        result.content.iter().any(|block| match block {
+            ContentBlock::Text { text } => {
+                serde_json::from_str::<serde_json::Value>(text)
+                    .ok()
+                    .as_ref()
+                    == Some(structured)
+            }
+            _ => false,
+        })
+    };
+    if let Some(structured) = result.structured_content.as_ref().filter(|s| !repeated(s)) {
         safe_println!("structuredContent:");
         let text = serde_json::to_string_pretty(structured).unwrap_or_default();
         for line in text.lines() {

@@ -465,6 +465,37 @@ impl Approver for TerminalApprover {
     }
 }
 
+/// A tool result on one line, for the terminal: JSON compacted onto the line, other text with
+/// its lines joined (`Allowed directories: /a · /b`), clipped to `max` characters with the
+/// number of lines left out, if any.
+pub(crate) fn one_line(result: &str, max: usize) -> String {
+    let trimmed = result.trim();
+    if trimmed.starts_with(['{', '['])
+        && let Ok(value) = serde_json::from_str::<Value>(trimmed)
+    {
+        let compact = value.to_string();
+        return match &value {
+            Value::Array(items) if compact.chars().count() > max => {
+                format!("{} items: {}", items.len(), clip(&compact, max))
+            }
+            _ => clip(&compact, max),
+        };
+    }
+    let lines: Vec<&str> = trimmed
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut joined = String::new();
+    for line in &lines {
+        if !joined.is_empty() {
+            joined.push_str(if joined.ends_with(':') { " " } else { " · " });
+        }
+        joined.push_str(line);
+    }
+    clip(&joined, max)
+}
+
 pub(crate) fn clip(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &text[..at]),
@@ -631,8 +662,10 @@ impl EventView {
                     bar.finish();
                 }
                 let mark = if is_error { "✗" } else { "←" };
-                let first = result.lines().next().unwrap_or_default();
-                let line = format!("{mark} {name} ({duration_ms} ms): {}", clip(first, 200));
+                let line = format!(
+                    "{mark} {name} ({duration_ms} ms): {}",
+                    one_line(&result, 200)
+                );
                 let line = terminal_safe(&line);
                 if is_error && self.markdown.as_ref().is_some_and(|m| m.colored()) {
                     eprintln!("\x1b[31m{line}\x1b[0m");
@@ -851,6 +884,23 @@ fn finish(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn results_read_on_one_line() {
+        assert_eq!(
+            one_line("Allowed directories:\n/tmp/files\n/tmp/more\n", 200),
+            "Allowed directories: /tmp/files · /tmp/more"
+        );
+        assert_eq!(
+            one_line("{\n  \"temperature\": 21,\n  \"unit\": \"C\"\n}", 200),
+            r#"{"temperature":21,"unit":"C"}"#
+        );
+        let long: Vec<u32> = (0..100).collect();
+        let text = serde_json::to_string_pretty(&long).unwrap();
+        assert!(one_line(&text, 40).starts_with("100 items: [0,1,2"));
+        assert_eq!(one_line("30", 200), "30");
+    }
+
     use super::*;
 
     /// A Ctrl-C that comes right after the watch starts, before any task has run, must cancel
