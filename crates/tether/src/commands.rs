@@ -263,13 +263,32 @@ async fn start(
 }
 
 /// Fails with exit code 2 after the output if any server could not be used.
+/// Whether errors are written as JSON (`--json`), set once at start.
+pub(crate) static JSON_ERRORS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Writes one error to stderr: `error: …`, or under `--json` one JSON object per line,
+/// `{"error": {"message": …}}` (with `"exitCode"` on the last one), so a script reading
+/// stderr never has to parse prose.
+pub(crate) fn print_error(message: &str, exit_code: Option<u8>) {
+    if JSON_ERRORS.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut error = json!({ "message": message });
+        if let Some(code) = exit_code {
+            error["exitCode"] = json!(code);
+        }
+        eprintln!("{}", json!({ "error": error }));
+    } else {
+        eprintln!("error: {message}");
+    }
+}
+
 fn partial_failure(errors: Vec<String>) -> Result<(), Failure> {
     if errors.is_empty() {
         return Ok(());
     }
     let count = errors.len();
     for error in &errors[..count - 1] {
-        eprintln!("error: {error}");
+        print_error(error, None);
     }
     Err(Failure::partial(errors[count - 1].clone()))
 }
@@ -355,9 +374,14 @@ async fn servers_command(
         Ok(())
     } else {
         Err(Failure::partial(format!(
-            "{} of {} servers failed; see the table above",
+            "{} of {} servers failed; see {}",
             failed.len(),
-            rows.len()
+            rows.len(),
+            if json {
+                "their \"error\" fields"
+            } else {
+                "the table above"
+            }
         )))
     }
 }

@@ -401,6 +401,7 @@ fn main() -> ExitCode {
         }
     };
     init_logging(cli.global.verbose);
+    commands::JSON_ERRORS.store(cli.global.json, std::sync::atomic::Ordering::Relaxed);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -442,7 +443,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             if let Some(message) = failure.message {
-                eprintln!("error: {message}");
+                commands::print_error(&message, Some(failure.code));
             }
             ExitCode::from(failure.code)
         }

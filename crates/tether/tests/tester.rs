@@ -682,6 +682,34 @@ fn a_list_the_server_does_not_implement_is_empty_not_a_failure() {
 }
 
 #[test]
+fn under_json_errors_are_json_too() {
+    let everything = everything_stdio();
+    let run = tether(&[
+        "servers",
+        "--json",
+        "--stdio",
+        &everything,
+        "--stdio",
+        "broken=/nonexistent/server",
+    ]);
+    assert_eq!(run.code, 2);
+    let rows: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 2);
+    let lines: Vec<Value> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = lines.last().expect("a JSON error line");
+    assert_eq!(last["error"]["exitCode"], 2, "{}", run.stderr);
+    let message = last["error"]["message"].as_str().unwrap();
+    assert!(message.contains("1 of 2 servers failed"), "{message}");
+    assert!(!message.contains("table"), "{message}");
+    assert!(!run.stderr.contains("error: "), "{}", run.stderr);
+}
+
+#[test]
 fn complete_passes_earlier_arguments_as_context() {
     let everything = everything_stdio();
     let complete = |extra: &[&str]| {
