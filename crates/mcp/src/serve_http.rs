@@ -153,6 +153,8 @@ where
                 }
             },
         };
+        // Answers are small writes (headers, then SSE events); Nagle would hold them back.
+        let _ = stream.set_nodelay(true);
         let mcp = mcp.clone();
         let edge = edge.clone();
         let shutdown = hard_stop.clone();

@@ -5,7 +5,9 @@
 //! and through `mcp-proxy` (PyPI, the common Python stdio-to-HTTP proxy) over Streamable HTTP.
 //! At 1, 16 and 64 concurrent clients (each its own session, making sequential calls) it prints
 //! calls/s and p50/p99 latency per target, median and spread over interleaved rounds, the
-//! gateway's overhead per call over direct, and its throughput against mcp-proxy's. Then the
+//! gateway's overhead per call over direct, the CPU the gateway process itself spends per call
+//! (schedstat over its threads: what the gateway costs, apart from the HTTP client driving it),
+//! and its throughput against mcp-proxy's. Then the
 //! gateway's peak RSS with 10 upstream servers. `TETHER_BENCH_QUICK=1` runs fewer rounds;
 //! `TETHER_BENCH_ERA=2025-11-25` (or `2026-07-28`) pins the protocol era the client speaks to
 //! the gateway (by default it negotiates, which gives 2026-07-28).
@@ -195,6 +197,18 @@ fn spread(values: &[f64]) -> (f64, f64, f64) {
     )
 }
 
+/// CPU time the process has used, over all its threads (ns, from schedstat).
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn peak_rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
@@ -235,12 +249,20 @@ fn main() {
             .trim()
     );
     let mut overhead_p50 = 0.0;
+    let gateway_pid = gateway_one.child.id();
     for (clients, calls) in [(1usize, 400usize), (16, 40), (64, 12)] {
         let (mut d, mut g, mut p) = (Samples::default(), Samples::default(), Samples::default());
+        let mut gateway_cpu = Vec::new();
         for _ in 0..rounds {
             runtime.block_on(async {
                 d.add(load(direct, true, clients, calls).await);
+                let before = cpu_ns(gateway_pid);
                 g.add(load(through_gateway, false, clients, calls).await);
+                // Connecting and warming up are in the window too, so this is an upper bound.
+                let per_call = (cpu_ns(gateway_pid) - before) as f64
+                    / ((clients * (calls + 5)) as f64)
+                    / 1000.0;
+                gateway_cpu.push(per_call);
                 p.add(load(through_proxy, false, clients, calls).await);
             });
         }
@@ -259,6 +281,10 @@ fn main() {
         }
         let ratio = spread(&g.rate).0 / spread(&p.rate).0;
         println!("    tether serve / mcp-proxy throughput: {ratio:.2}x");
+        let (cpu, cpu_lo, cpu_hi) = spread(&gateway_cpu);
+        println!(
+            "    gateway CPU per call (its own threads, not the client's or upstream's): {cpu:.0} µs ({cpu_lo:.0}–{cpu_hi:.0})"
+        );
         if clients == 1 {
             overhead_p50 = spread(&g.p50).0 - spread(&d.p50).0;
         }
