@@ -153,6 +153,15 @@ pub fn provider_for(spec: &str, options: &ProviderOptions) -> Result<Box<dyn Pro
             .and_then(|k| std::env::var(k).ok())
             .filter(|k| !k.is_empty())
     });
+    // A hosted service without its key would only answer 401 after DNS, TLS and retries
+    // (or, offline, a lookup failure that says nothing about the key): say so now.
+    if let (Some(key_env), None, None) = (preset.key_env, &api_key, &options.base_url)
+        && preset.base_url.starts_with("https://")
+    {
+        return Err(LlmError::Config(format!(
+            "--model \"{spec}\" needs an API key: set {key_env} (or pass --base-url for a server that needs none)"
+        )));
+    }
     let settings = HttpSettings {
         provider: spec.to_string(),
         key_env: preset.key_env.map(str::to_string),

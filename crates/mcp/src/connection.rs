@@ -354,9 +354,13 @@ async fn open_session(
                             (client, None)
                         }
                         _ => {
+                            let why = match unreachable_reason(url).await {
+                                Some(reason) => reason,
+                                None => error_chain(&error),
+                            };
                             return Err(McpError::Unreachable {
                                 server: name.to_string(),
-                                detail: format!("cannot connect to {url}: {}", error_chain(&error)),
+                                detail: format!("cannot connect to {url}: {why}"),
                             });
                         }
                     }
@@ -1172,11 +1176,11 @@ pub(crate) fn install_tls_provider() {
 }
 
 /// An error with its sources, on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = without_type_names(&error.to_string());
     let mut source = error.source();
     while let Some(inner) = source {
-        let part = inner.to_string();
+        let part = without_type_names(&inner.to_string());
         if !text.contains(&part) {
             text.push_str(": ");
             text.push_str(&part);
@@ -1184,6 +1188,53 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = inner.source();
     }
     text
+}
+
+/// rmcp's transport errors name Rust types (`Transport [tether_mcp::client::Tapped<…>] error:
+/// …`); what follows the brackets says the same in words.
+fn without_type_names(text: &str) -> String {
+    match (text.find("Transport ["), text.rfind("] error: ")) {
+        (Some(start), Some(end)) if start < end => {
+            let before = text[..start].trim_end();
+            let before = before
+                .strip_suffix("Send message error")
+                .unwrap_or(before)
+                .trim_end();
+            let after = &text[end + "] error: ".len()..];
+            if before.is_empty() {
+                after.to_string()
+            } else {
+                format!("{before}: {after}")
+            }
+        }
+        _ => text.to_string(),
+    }
+}
+
+/// Why nothing answers at `url`, in words, when a plain TCP connection says so (refused,
+/// unknown host, timed out); `None` when the address takes connections (the problem is
+/// higher up, and the transport's error says what).
+async fn unreachable_reason(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let host = parsed
+        .host_str()?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = parsed.port_or_known_default()?;
+    let attempt = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        tokio::net::TcpStream::connect((host.as_str(), port)),
+    )
+    .await;
+    match attempt {
+        Ok(Ok(_)) => None,
+        Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => Some(format!(
+            "connection refused: nothing listens on {host}:{port} (is the server running, and is the port right?)"
+        )),
+        Ok(Err(error)) => Some(format!("{host}:{port}: {error}")),
+        Err(_) => Some(format!("{host}:{port} did not answer within 3s")),
+    }
 }
 
 fn summarize(client: &RunningService<RoleClient, ClientSession>) -> ServerSummary {

@@ -682,6 +682,43 @@ fn a_list_the_server_does_not_implement_is_empty_not_a_failure() {
 }
 
 #[test]
+fn a_refused_connection_and_a_missing_api_key_are_said_in_words() {
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let run = tether(&["tools", "--url", &url]);
+    assert_eq!(run.code, 2);
+    let line = run.only_error();
+    assert!(
+        line.contains(&format!(
+            "connection refused: nothing listens on 127.0.0.1:{port}"
+        )),
+        "{line}"
+    );
+    assert!(!line.contains("::"), "no Rust type names: {line}");
+    // A hosted model without its key fails at once and names the variable, instead of
+    // retrying the network.
+    let started = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["run", "--model", "openai:gpt-4o-mini", "hello"])
+        .current_dir(tempdir())
+        .env_remove("OPENAI_API_KEY")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("needs an API key: set OPENAI_API_KEY"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("retrying"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
 fn under_json_errors_are_json_too() {
     let everything = everything_stdio();
     let run = tether(&[
