@@ -591,7 +591,8 @@ fn plain_tether_in_a_terminal_starts_a_chat_and_a_pipe_gets_no_prompts() {
     let terminal = start(
         &dir,
         &format!(
-            "cd {} && TETHER_MODEL=openai:scripted {} --stdio '{}'",
+            // The model is never asked here; a hosted preset still wants its key to start.
+            "cd {} && TETHER_MODEL=openai:scripted OPENAI_API_KEY=unused {} --stdio '{}'",
             dir.display(),
             env!("CARGO_BIN_EXE_tether"),
             everything_stdio()
