@@ -262,6 +262,12 @@ impl JwtVerifier {
     /// The JWK that signs tokens with `kid` (or the only key fit for `alg`), fetching the key
     /// set when none is cached or when the id is new to it.
     async fn key_for(&self, alg: &str, kid: Option<&str>) -> Result<Value, Refusal> {
+        let missing = || {
+            Refusal::Unauthorized(format!(
+                "the token is not valid: no key {} in the key set",
+                kid.map_or_else(|| format!("for {alg}"), |k| format!("\"{k}\""))
+            ))
+        };
         let mut cached = self.keys.lock().await;
         let stale = cached
             .as_ref()
@@ -272,19 +278,11 @@ impl JwtVerifier {
             return Ok(key);
         }
         if !stale {
-            return Err(Refusal::Unauthorized(format!(
-                "the token is not valid: no key {} in the key set",
-                kid.map_or_else(|| format!("for {alg}"), |k| format!("\"{k}\""))
-            )));
+            return Err(missing());
         }
         let keys = Arc::new(self.fetch().await?);
         *cached = Some((Instant::now(), keys.clone()));
-        pick_key(&keys, alg, kid).ok_or_else(|| {
-            Refusal::Unauthorized(format!(
-                "the token is not valid: no key {} in the key set",
-                kid.map_or_else(|| format!("for {alg}"), |k| format!("\"{k}\""))
-            ))
-        })
+        pick_key(&keys, alg, kid).ok_or_else(missing)
     }
 
     async fn fetch(&self) -> Result<Vec<Value>, Refusal> {

@@ -105,6 +105,31 @@ pub fn everything_stdio() -> String {
     format!("{} stdio", quote(&npm_bin("mcp-server-everything")))
 }
 
+/// Spawns `command` (a `tether serve --http …`) and returns it with the URL it announces on
+/// stderr once its servers are up (`tether serve: listening on URL`). Its stderr keeps being
+/// drained afterwards, so a chatty gateway never blocks on a full pipe.
+pub fn spawn_http_gateway(command: &mut Command) -> (Child, String) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the gateway starts");
+    let stderr = child.stderr.take().expect("piped");
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.strip_prefix("tether serve: listening on ") {
+                let _ = sender.send(url.to_string());
+            }
+        }
+    });
+    let url = receiver
+        .recv_timeout(Duration::from_secs(180))
+        .expect("the gateway announces its address");
+    (child, url)
+}
+
 /// `--stdio` command line for `mcp-server-sqlite` (legacy era, mcp 1.30.0) on the database
 /// file `db`.
 pub fn sqlite_stdio(db: &Path) -> String {

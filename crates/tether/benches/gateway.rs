@@ -14,7 +14,6 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,24 +50,8 @@ fn gateway(upstreams: usize) -> Endpoint {
             .arg("--stdio")
             .arg(format!("b{i}={} builtin-server", tether()));
     }
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut url = None;
-    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-        if let Some(found) = line.strip_prefix("tether serve: listening on ") {
-            url = Some(found.to_string());
-            break;
-        }
-    }
-    Endpoint {
-        child,
-        url: url.expect("the gateway announces its address"),
-    }
+    let (child, url) = test_support::spawn_http_gateway(&mut command);
+    Endpoint { child, url }
 }
 
 fn mcp_proxy() -> Endpoint {

@@ -43,27 +43,16 @@ impl Replica {
     }
 
     fn start_with(upstream: &str, args: &[&str], env: &[(&str, &str)]) -> Replica {
-        let mut child = Command::new(tether())
-            .args(["serve", "--http", "127.0.0.1:0", "--stdio", upstream])
-            .args(args)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (sender, receiver) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("tether serve: listening on http://") {
-                    let _ = sender.send(url.trim_end_matches("/mcp").to_string());
-                }
-            }
-        });
-        let address = receiver
-            .recv_timeout(DEADLINE)
-            .expect("the replica announces its address");
+        let (child, url) = test_support::spawn_http_gateway(
+            Command::new(tether())
+                .args(["serve", "--http", "127.0.0.1:0", "--stdio", upstream])
+                .args(args)
+                .envs(env.iter().copied()),
+        );
+        let address = url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .to_string();
         Replica { child, address }
     }
 

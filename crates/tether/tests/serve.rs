@@ -301,29 +301,7 @@ impl HttpGateway {
         let args = serve_args(&[&["--http", "127.0.0.1:0"], extra].concat());
         let mut command = Command::new(&args[0]);
         command.args(&args[1..]).envs(env.iter().copied());
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // The gateway prints its address once every server is up; read until then.
-        let stderr = child.stderr.take().unwrap();
-        let (sender, receiver) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Some(url) = line.strip_prefix("tether serve: listening on ") {
-                    let _ = sender.send(url.to_string());
-                }
-            }
-        });
-        let url = receiver
-            .recv_timeout(DEADLINE)
-            .expect("the gateway announces its address");
+        let (child, url) = test_support::spawn_http_gateway(&mut command);
         HttpGateway { child, url }
     }
 
