@@ -76,8 +76,10 @@ pub struct SelectionOptions {
     pub mode: SelectionMode,
     /// The model's context window in tokens (for `auto`).
     pub context_window: usize,
-    /// Offer `search_tools` in search mode. Off for the embedded model: its grammar is built
-    /// over the tools pre-selected for the user's message only.
+    /// Let the model search: `search_tools` in search mode, `mcp_query`'s `query` in meta
+    /// mode. Off for the embedded model, which is offered only the tools pre-selected for the
+    /// user's message (in meta mode as `mcp_query`'s alternatives), so that its grammar is
+    /// built over them alone.
     pub search_tool: bool,
     /// Tools loaded from the user's message before each turn in search mode.
     pub preload: usize,
@@ -360,12 +362,62 @@ impl ToolSelection for SearchTools {
 #[derive(Debug)]
 pub struct MetaTool {
     options: SelectionOptions,
+    /// Without search (the embedded model): the tools pre-selected for this turn, which
+    /// `mcp_query` is narrowed to.
+    preselected: Mutex<Vec<String>>,
 }
 
 impl MetaTool {
     /// The meta-tool selection.
     pub fn new(options: SelectionOptions) -> MetaTool {
-        MetaTool { options }
+        MetaTool {
+            options,
+            preselected: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// `mcp_query` narrowed to `names`: the description lists only them, and the parameters
+    /// are one alternative per tool (`server` and `tool` fixed, `params` that tool's schema),
+    /// which a grammar can follow exactly. A small model then fills in one shape instead of
+    /// choosing a server and a tool name from free text.
+    pub fn narrowed_definition(snapshot: &Snapshot, names: &[String]) -> ToolDefinition {
+        let mut description = String::from(
+            "Call a tool of one of the connected MCP servers: give \"server\", \"tool\" and \"params\" (the tool's arguments). Tools:",
+        );
+        let mut alternatives = Vec::new();
+        for name in names {
+            let Some(position) = snapshot.position(name) else {
+                continue;
+            };
+            let tool = &snapshot.tools()[position];
+            description.push_str(&format!(
+                "\n- server \"{}\", tool \"{}\": {}",
+                tool.server,
+                tool.tool.name,
+                one_line(tool.tool.description.as_deref().unwrap_or(""), 120)
+            ));
+            let schema = &snapshot.definitions()[position].parameters;
+            // A tool without required arguments gets `{}`, as a direct call in the grammar does.
+            let params = if schema["required"].as_array().is_some_and(|r| !r.is_empty()) {
+                schema.clone()
+            } else {
+                json!({"const": {}})
+            };
+            alternatives.push(json!({
+                "type": "object",
+                "properties": {
+                    "server": {"const": tool.server},
+                    "tool": {"const": tool.tool.name},
+                    "params": params,
+                },
+                "required": ["server", "tool", "params"]
+            }));
+        }
+        ToolDefinition {
+            name: META_TOOL.into(),
+            description,
+            parameters: json!({"type": "object", "oneOf": alternatives}),
+        }
     }
 
     /// `mcp_query`'s definition: its description lists servers and tools, in as much detail
@@ -464,16 +516,38 @@ impl ToolSelection for MetaTool {
         SelectionMode::Meta
     }
 
-    fn start_turn(&self, _snapshot: &Snapshot, _user_text: &str) -> Vec<String> {
-        Vec::new()
+    fn start_turn(&self, snapshot: &Snapshot, user_text: &str) -> Vec<String> {
+        if self.options.search_tool || self.options.preload == 0 {
+            return Vec::new();
+        }
+        let names: Vec<String> = snapshot
+            .search(user_text, self.options.preload)
+            .into_iter()
+            .filter(|h| !snapshot.always_loaded(h.index))
+            .map(|h| snapshot.tools()[h.index].qualified_name.clone())
+            .collect();
+        if let Ok(mut preselected) = self.preselected.lock() {
+            preselected.clone_from(&names);
+        }
+        names
     }
 
     fn offer(&self, snapshot: &Snapshot) -> Vec<ToolDefinition> {
         let mut offered = snapshot.always_loaded_definitions();
-        if !snapshot.tools().is_empty() {
+        let preselected = self.loaded();
+        if !preselected.is_empty() {
+            offered.push(MetaTool::narrowed_definition(snapshot, &preselected));
+        } else if !snapshot.tools().is_empty() {
             offered.push(MetaTool::definition(snapshot));
         }
         offered
+    }
+
+    fn loaded(&self) -> Vec<String> {
+        self.preselected
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default()
     }
 
     fn resolve(&self, snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved {
@@ -768,6 +842,49 @@ mod tests {
             text.contains("tool \"multiply\"") && text.contains("Parameters"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn meta_without_search_is_narrowed_to_the_preselected_tools() {
+        let snapshot = snapshot();
+        let meta = MetaTool::new(SelectionOptions {
+            mode: SelectionMode::Meta,
+            search_tool: false,
+            preload: 1,
+            ..SelectionOptions::default()
+        });
+        assert_eq!(
+            meta.start_turn(&snapshot, "please add 2 and 3"),
+            ["math__add"]
+        );
+        let offered = meta.offer(&snapshot);
+        assert_eq!(names(&offered), ["time__now", META_TOOL]);
+        let narrowed = &offered[1];
+        assert!(
+            narrowed
+                .description
+                .contains("tool \"add\": Add two numbers.")
+                && !narrowed.description.contains("multiply"),
+            "{}",
+            narrowed.description
+        );
+        assert_eq!(
+            narrowed.parameters["oneOf"][0]["properties"]["tool"],
+            json!({"const": "add"})
+        );
+        assert_eq!(
+            narrowed.parameters["oneOf"][0]["properties"]["params"]["required"],
+            json!(["a", "b"])
+        );
+        // Narrowing is only what is offered: any tool can still be reached by a call.
+        assert!(matches!(
+            meta.resolve(
+                &snapshot,
+                META_TOOL,
+                json!({"server": "math", "tool": "multiply", "params": {"a": 1, "b": 2}})
+            ),
+            Resolved::Tool { .. }
+        ));
     }
 
     #[test]

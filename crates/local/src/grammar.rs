@@ -29,6 +29,9 @@ fn json_literal(text: &str) -> String {
 
 /// The grammar rule for one schema value.
 fn value_rule(schema: &Value) -> String {
+    if let Some(value) = schema.get("const") {
+        return literal(&value.to_string());
+    }
     if let Some(options) = schema.get("enum").and_then(Value::as_array) {
         let alternatives: Vec<String> = options.iter().map(|o| literal(&o.to_string())).collect();
         if !alternatives.is_empty() {
@@ -41,13 +44,34 @@ fn value_rule(schema: &Value) -> String {
         Some("number") => "number".into(),
         Some("boolean") => "boolean".into(),
         Some("array") => "array".into(),
+        // An object with required properties is spelled out like a tool's arguments (the
+        // meta-tool's `params`); one without is any object, as optional fields are its point.
+        Some("object") if has_required(schema) => arguments_rule(schema),
         Some("object") => "object".into(),
         _ => "value".into(),
     }
 }
 
-/// The arguments object of one tool: required properties in schema order.
+fn has_required(schema: &Value) -> bool {
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .is_some_and(|r| !r.is_empty())
+}
+
+/// The arguments object of one tool: required properties in schema order. A schema made of
+/// alternatives (`oneOf`/`anyOf` without properties of its own) allows any one of them.
 fn arguments_rule(schema: &Value) -> String {
+    if schema.get("properties").is_none()
+        && let Some(alternatives) = schema
+            .get("oneOf")
+            .or_else(|| schema.get("anyOf"))
+            .and_then(Value::as_array)
+            .filter(|a| !a.is_empty())
+    {
+        let rules: Vec<String> = alternatives.iter().map(arguments_rule).collect();
+        return format!("( {} )", rules.join(" | "));
+    }
     let required: Vec<&str> = schema
         .get("required")
         .and_then(Value::as_array)
@@ -133,5 +157,27 @@ mod tests {
             "{grammar}"
         );
         assert!(grammar.contains(r#"call1 ::= "{\"tool\": " "\"builtin__current_time\"" ", \"arguments\": " "{}" "}""#), "{grammar}");
+    }
+
+    #[test]
+    fn alternatives_fix_constants_and_spell_out_nested_arguments() {
+        // The meta-tool narrowed for a small model: one shape per pre-selected tool.
+        let tools = vec![ToolDefinition {
+            name: "mcp_query".into(),
+            description: "Call".into(),
+            parameters: json!({"type": "object", "oneOf": [
+                {"type": "object", "properties": {"server": {"const": "builtin"}, "tool": {"const": "add"},
+                 "params": {"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]}},
+                 "required": ["server", "tool", "params"]},
+                {"type": "object", "properties": {"server": {"const": "builtin"}, "tool": {"const": "now"},
+                 "params": {"const": {}}},
+                 "required": ["server", "tool", "params"]}
+            ]}),
+        }];
+        let grammar = tool_call_grammar(&tools);
+        assert!(
+            grammar.contains(r#"( "{" "\"server\"" ": " "\"builtin\"" ", " "\"tool\"" ": " "\"add\"" ", " "\"params\"" ": " "{" "\"a\"" ": " number "}" "}" | "{" "\"server\"" ": " "\"builtin\"" ", " "\"tool\"" ": " "\"now\"" ", " "\"params\"" ": " "{}" "}" )"#),
+            "{grammar}"
+        );
     }
 }

@@ -54,6 +54,22 @@ impl ChatTemplate {
         // answering, so when no call is wanted the calls are left out and each result is
         // phrased as something the user reports.
         let answering = tools.is_empty() && !tool_role;
+        // A result is reported under the tool that ran: for a meta-tool call, the tool named
+        // in its arguments, or the model's answer names `mcp_query`.
+        let ran: std::collections::HashMap<&str, String> = messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Assistant { tool_calls, .. } => Some(tool_calls),
+                _ => None,
+            })
+            .flatten()
+            .filter(|c| c.name == "mcp_query")
+            .filter_map(|c| {
+                let arguments: Value = serde_json::from_str(&c.arguments).ok()?;
+                let inner = arguments.get("tool")?.as_str()?;
+                Some((c.id.as_str(), inner.to_string()))
+            })
+            .collect();
         let mut rendered: Vec<Value> = Vec::new();
         for message in messages {
             rendered.push(match message {
@@ -87,7 +103,9 @@ impl ChatTemplate {
                     if tool_role {
                         json!({"role": "tool", "name": name, "tool_call_id": tool_call_id, "content": content})
                     } else if answering {
-                        let short = name.split("__").last().unwrap_or(name);
+                        let short = ran
+                            .get(tool_call_id.as_str())
+                            .map_or_else(|| name.split("__").last().unwrap_or(name), String::as_str);
                         json!({"role": "user", "content": format!("The {short} tool returned: {content}\nUse this to answer my question in a short sentence.")})
                     } else {
                         json!({"role": "user", "content": format!("Result of {name}: {content}")})

@@ -46,6 +46,33 @@ fn embedded_model_adds_with_the_builtin_tool() {
     let dir = empty_dir("add");
     let (code, events, stderr) = run_json(&dir, "What is 10 + 20? Use the add tool.", &[]);
     assert_eq!(code, 0, "{stderr}");
+    assert_adds(&events);
+}
+
+#[test]
+fn embedded_model_adds_in_every_tool_mode() {
+    // Auto is the test above; each explicit mode must reach the same call (meta through
+    // `mcp_query`, narrowed to the pre-selected tools).
+    let dir = empty_dir("modes");
+    for mode in ["all", "search", "meta"] {
+        let (code, events, stderr) = run_json(
+            &dir,
+            "What is 10 + 20? Use the add tool.",
+            &["--tools", mode],
+        );
+        assert_eq!(code, 0, "--tools {mode}: {stderr}");
+        if mode == "meta" {
+            let offered = events
+                .iter()
+                .find(|e| e["type"] == "tools_loaded")
+                .unwrap_or_else(|| panic!("meta pre-selects tools: {events:#?}"));
+            assert!(offered["names"].as_array().unwrap().len() <= 3, "{offered}");
+        }
+        assert_adds(&events);
+    }
+}
+
+fn assert_adds(events: &[Value]) {
     let started: Vec<&Value> = events
         .iter()
         .filter(|e| e["type"] == "tool_call_started")
@@ -107,6 +134,46 @@ fn embedded_model_picks_the_right_tool_among_1853() {
         .find(|e| e["type"] == "tools_loaded")
         .expect("tools were pre-selected");
     assert!(loaded["names"].as_array().unwrap().len() <= 3, "{loaded}");
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_started")
+        .unwrap_or_else(|| panic!("a tool was called: {events:#?}"));
+    assert_eq!(started["name"], "bfcl__math_factorial", "{events:#?}");
+    assert_eq!(started["arguments"]["number"], 5, "{events:#?}");
+    let finished = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished")
+        .unwrap();
+    assert!(
+        finished["result"]
+            .as_str()
+            .unwrap()
+            .contains("math.factorial"),
+        "{finished}"
+    );
+}
+
+#[test]
+fn embedded_model_calls_through_mcp_query_among_1853() {
+    // Meta mode: one `mcp_query` tool whose alternatives are the question's best matches, so
+    // the grammar fixes server and tool name and types the params.
+    let dir = empty_dir("bfcl-meta");
+    let bfcl = test_support::bfcl_stdio();
+    let (code, events, stderr) = run_json(
+        &dir,
+        "Calculate the factorial of 5 with math.factorial.",
+        &[
+            "--stdio",
+            &bfcl,
+            "--approve",
+            "auto",
+            "--max-steps",
+            "2",
+            "--tools",
+            "meta",
+        ],
+    );
+    assert!(code == 0 || code == 4, "{stderr}");
     let started = events
         .iter()
         .find(|e| e["type"] == "tool_call_started")
