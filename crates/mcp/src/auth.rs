@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::transport::auth::{
@@ -19,6 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::{ServerConfig, Transport};
 use crate::error::McpError;
+use crate::oauth_guard::{GuardHandle, GuardSettings, GuardedOAuthClient};
 
 /// `"oauth"` of an HTTP server: how Tether identifies itself to the authorization server.
 /// Everything is optional; with nothing set Tether registers itself dynamically.
@@ -34,6 +36,52 @@ pub struct OAuthSettings {
     pub scopes: Vec<String>,
     /// An HTTPS URL of a client ID metadata document describing Tether.
     pub client_metadata_url: Option<String>,
+    /// Let discovery reach an authorization server on a private network although the MCP
+    /// server is not on one (see [`crate::oauth_guard`]).
+    #[serde(default)]
+    pub allow_private_addresses: bool,
+    /// Let discovered OAuth URLs be plain http away from loopback.
+    #[serde(default)]
+    pub allow_insecure_http: bool,
+}
+
+impl OAuthSettings {
+    /// The network guard's relaxations.
+    pub fn guard(&self) -> GuardSettings {
+        GuardSettings {
+            allow_private_addresses: self.allow_private_addresses,
+            allow_insecure_http: self.allow_insecure_http,
+        }
+    }
+}
+
+/// An authorization manager whose every request goes through Tether's OAuth network guard,
+/// and a handle on what the guard refused.
+async fn guarded_manager(
+    name: &str,
+    url: &str,
+    settings: GuardSettings,
+) -> Result<(AuthorizationManager, GuardHandle), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("bad URL {url}: {e}"))?;
+    let client = GuardedOAuthClient::new(name, &parsed, settings).await?;
+    let handle = client.handle();
+    let manager = if settings.allow_private_addresses {
+        // rmcp checks the hosts of discovered URLs itself before asking any client, and only
+        // this constructor lets a private one through; the guard's resolver still filters
+        // every name, and no redirect is followed.
+        let mut manager = AuthorizationManager::new_allowing_private_addresses(url)
+            .await
+            .map_err(|e| e.to_string())?;
+        manager
+            .with_client(client.without_redirects())
+            .map_err(|e| e.to_string())?;
+        manager
+    } else {
+        AuthorizationManager::new_with_oauth_http_client(url, Arc::new(client))
+            .await
+            .map_err(|e| e.to_string())?
+    };
+    Ok((manager, handle))
 }
 
 /// Where saved tokens live: `$TETHER_CREDENTIALS` if set, else `tether/credentials.json` in
@@ -337,12 +385,13 @@ pub async fn sign_in(
     let url = server_url(config)?;
     let name = &config.name;
     crate::connection::install_tls_provider();
+    let (manager, guard) = guarded_manager(name, url, config.oauth.guard())
+        .await
+        .map_err(|e| McpError::Auth(format!("server \"{name}\": OAuth setup failed: {e}")))?;
     let fail = |step: &str, e: AuthError| {
         McpError::Auth(format!("server \"{name}\": OAuth {step} failed: {e}"))
     };
-    let mut state = OAuthState::new(url, None)
-        .await
-        .map_err(|e| fail("setup", e))?;
+    let mut state = OAuthState::Unauthorized(manager);
     if let OAuthState::Unauthorized(manager) = &mut state {
         match store {
             TokenStore::File(path) => manager.set_credential_store(CredentialFile::new(&path, url)),
@@ -375,10 +424,15 @@ pub async fn sign_in(
     if let Some(document) = &settings.client_metadata_url {
         request = request.with_client_metadata_url(document.clone());
     }
-    state
-        .start_authorization(request)
-        .await
-        .map_err(|e| fail("discovery", e))?;
+    if let Err(e) = state.start_authorization(request).await {
+        // A refusal by the network guard is the real cause of whatever rmcp reports.
+        return Err(match guard.explain(url, challenge).await {
+            Some(refusal) => {
+                McpError::Auth(format!("server \"{name}\": OAuth discovery {refusal}"))
+            }
+            None => fail("discovery", e),
+        });
+    }
     let authorization_url = state
         .get_authorization_url()
         .await
@@ -423,7 +477,12 @@ pub async fn sign_in(
 
 /// The saved authorization for `url`, ready to send its token, or `None` when nothing
 /// usable is saved (the server's 401 then says what to do).
-pub async fn saved_authorization(name: &str, url: &str, path: &Path) -> Option<Authorization> {
+pub async fn saved_authorization(
+    name: &str,
+    url: &str,
+    path: &Path,
+    guard: GuardSettings,
+) -> Option<Authorization> {
     let store = CredentialFile::new(path, url);
     match store.saved() {
         Ok(Some(_)) => {}
@@ -433,8 +492,8 @@ pub async fn saved_authorization(name: &str, url: &str, path: &Path) -> Option<A
             return None;
         }
     }
-    let mut manager = match AuthorizationManager::new(url).await {
-        Ok(manager) => manager,
+    let mut manager = match guarded_manager(name, url, guard).await {
+        Ok((manager, _)) => manager,
         Err(e) => {
             tracing::warn!(server = name, "cannot use saved OAuth tokens: {e}");
             return None;

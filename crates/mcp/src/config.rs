@@ -568,7 +568,7 @@ fn build_server(
             None => crate::auth::OAuthSettings::default(),
             Some(value) => {
                 let mut settings: crate::auth::OAuthSettings = serde_json::from_value(value)
-                    .map_err(|e| format!("oauth: {e}; expected {{\"clientId\", \"clientSecret\", \"scopes\", \"clientMetadataUrl\"}}"))?;
+                    .map_err(|e| format!("oauth: {e}; expected {{\"clientId\", \"clientSecret\", \"scopes\", \"clientMetadataUrl\", \"allowPrivateAddresses\", \"allowInsecureHttp\"}}"))?;
                 settings.client_secret = settings
                     .client_secret
                     .map(|secret| sub("oauth.clientSecret", &secret))

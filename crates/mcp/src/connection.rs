@@ -214,7 +214,7 @@ fn handshake_refusal(error: &rmcp::service::ClientInitializeError) -> Option<Str
 async fn saved_sign_in(config: &ServerConfig) -> Option<crate::auth::Authorization> {
     match (&config.transport, crate::auth::credentials_path()) {
         (Transport::Http { url, .. }, Some(path)) => {
-            crate::auth::saved_authorization(&config.name, url, &path).await
+            crate::auth::saved_authorization(&config.name, url, &path, config.oauth.guard()).await
         }
         _ => None,
     }

@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod connection;
 pub mod error;
+pub mod oauth_guard;
 pub mod private_files;
 pub mod registry;
 pub mod router;

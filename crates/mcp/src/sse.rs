@@ -123,10 +123,7 @@ impl SseTransport {
                 let chunk = chunk.map_err(|e| SseError::Stream(e.to_string()))?;
                 for event in parser.feed(&chunk) {
                     if event.event == "endpoint" {
-                        return base
-                            .join(event.data.trim())
-                            .map(|u| u.to_string())
-                            .map_err(|e| SseError::Stream(format!("bad endpoint event: {e}")));
+                        return endpoint_for(&base, &event.data);
                     }
                     pending.push(event);
                 }
@@ -222,9 +219,55 @@ impl Drop for SseTransport {
     }
 }
 
+/// Where the `endpoint` event says to POST, held to the event stream's own origin: the URL
+/// comes from the server, and our requests carry the configured headers (tokens included),
+/// so a server must not be able to send them to another host (the cloud metadata service, a
+/// machine on the user's network).
+fn endpoint_for(stream: &reqwest::Url, data: &str) -> Result<String, SseError> {
+    let endpoint = stream
+        .join(data.trim())
+        .map_err(|e| SseError::Stream(format!("bad endpoint event: {e}")))?;
+    let origin = |u: &reqwest::Url| {
+        (
+            u.scheme().to_string(),
+            u.host_str().map(str::to_ascii_lowercase),
+            u.port_or_known_default(),
+        )
+    };
+    if origin(&endpoint) != origin(stream) {
+        return Err(SseError::Stream(format!(
+            "refused endpoint {endpoint}: it is not on the event stream's origin ({}://{}); a legacy SSE server must take messages where it streams them",
+            stream.scheme(),
+            stream.host_str().unwrap_or_default()
+        )));
+    }
+    Ok(endpoint.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_endpoint_must_be_on_the_streams_origin() {
+        let stream = reqwest::Url::parse("http://127.0.0.1:3001/sse").unwrap();
+        assert_eq!(
+            endpoint_for(&stream, "/message?sessionId=1\n").unwrap(),
+            "http://127.0.0.1:3001/message?sessionId=1"
+        );
+        for hostile in [
+            "http://169.254.169.254/latest/meta-data/",
+            "//10.0.0.1/message",
+            "https://127.0.0.1:3001/message",
+            "http://127.0.0.1:3002/message",
+        ] {
+            let error = endpoint_for(&stream, hostile).unwrap_err().to_string();
+            assert!(
+                error.contains("not on the event stream's origin"),
+                "{hostile}: {error}"
+            );
+        }
+    }
 
     #[test]
     fn events_are_split_across_chunks_and_multi_line_data_is_joined() {

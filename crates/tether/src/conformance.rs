@@ -100,6 +100,7 @@ pub async fn run(url: String) -> Result<(), Failure> {
         client_secret: text("client_secret"),
         scopes: Vec::new(),
         client_metadata_url: Some(CLIENT_METADATA_URL.into()),
+        ..OAuthSettings::default()
     };
     let host: Arc<dyn HostHandler> = Arc::new(ScriptedHost);
     // Each round either finishes or meets a 401/403 challenge; a sign-in answers it and the

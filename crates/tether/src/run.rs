@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
+use tether_agent::results::DEFAULT_MAX_RESULT_CHARS;
 use tether_agent::{
     Agent, AgentError, AgentEvent, AgentOptions, ApprovalMode, ApprovalRequest, ApprovalRules,
     Approver, NonInteractive, ToolMode, TurnOutcome, attach_resources,
@@ -141,7 +142,20 @@ pub(crate) async fn setup(
     let provider = build_provider(&spec, args, settings).await?;
     let approval_rules = approval_rules(settings)?;
     let selection = selection_options(args, settings, &spec, provider.as_ref())?;
+    let max_result_chars = match settings.get("maxResultChars") {
+        None => DEFAULT_MAX_RESULT_CHARS,
+        Some(value) => value
+            .as_u64()
+            .filter(|n| *n >= 1_000)
+            .map(|n| n as usize)
+            .ok_or_else(|| {
+                Failure::usage(format!(
+                    "config: \"maxResultChars\" is {value}; give a whole number of characters, at least 1000 (default {DEFAULT_MAX_RESULT_CHARS})"
+                ))
+            })?,
+    };
     let options = AgentOptions {
+        max_result_chars,
         max_steps: args.max_steps.max(1),
         tool_mode: match args.tool_mode {
             ToolModeArg::Auto => ToolMode::Auto,

@@ -103,3 +103,108 @@ fn login_saves_a_private_token_that_later_commands_use_and_logout_forgets() {
     assert_eq!(stdio.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&stdio.stderr).contains("OAuth applies only to HTTP servers"));
 }
+
+/// A protected resource on loopback whose metadata names `authorization_server`; with
+/// `redirect_to`, its own authorization-server metadata redirects there instead. Answers
+/// until the test process ends.
+fn hostile_resource(authorization_server: Option<&str>, redirect_to: Option<&str>) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let named = authorization_server
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("http://127.0.0.1:{port}/as"));
+    let redirect_to = redirect_to.map(str::to_string);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                head.push_str(&line);
+                line.clear();
+            }
+            let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+            let (status, headers, body) = if path
+                .starts_with("/.well-known/oauth-protected-resource")
+            {
+                let body = serde_json::json!({
+                    "resource": format!("http://127.0.0.1:{port}/mcp"),
+                    "authorization_servers": [named],
+                });
+                ("200 OK", String::new(), body.to_string())
+            } else if path.contains("/.well-known/") && redirect_to.is_some() {
+                let to = redirect_to.clone().unwrap();
+                ("302 Found", format!("Location: {to}\r\n"), String::new())
+            } else {
+                let challenge = format!(
+                    "WWW-Authenticate: Bearer resource_metadata=\"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp\"\r\n"
+                );
+                ("401 Unauthorized", challenge, "{}".to_string())
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn discovery_never_follows_a_server_to_link_local_or_private_addresses() {
+    // No traffic reaches these addresses: the guard refuses before connecting, and the error
+    // names the reason and the setting that relaxes it.
+    let dir = test_support::scratch_dir("auth", "guards");
+    let login = |port: u16| {
+        let url = format!("hostile=http://127.0.0.1:{port}/mcp");
+        let output = tether(&dir, &["--url", &url, "auth", "login", "hostile"]);
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+
+    let (code, stderr) = login(hostile_resource(Some("https://169.254.169.254/"), None));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("refused https://169.254.169.254/")
+            && stderr.contains("link-local address (where cloud metadata services answer)"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+
+    let (code, stderr) = login(hostile_resource(Some("https://10.20.30.40/"), None));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("10.20.30.40 is a private-network address")
+            && stderr
+                .contains("\"oauth\": {\"allowPrivateAddresses\": true} on server \"hostile\""),
+        "{stderr}"
+    );
+
+    let (code, stderr) = login(hostile_resource(Some("http://auth.example.com/"), None));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("must be https") && stderr.contains("allowInsecureHttp"),
+        "{stderr}"
+    );
+
+    // A loopback authorization server that redirects its metadata to the metadata service.
+    let (code, stderr) = login(hostile_resource(
+        None,
+        Some("http://169.254.169.254/latest/meta-data/"),
+    ));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("was redirected from")
+            && stderr.contains("refused http://169.254.169.254/latest/meta-data/"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("signed in"),
+        "a redirect to a refused address ends the sign-in: {stderr}"
+    );
+}

@@ -646,6 +646,47 @@ fn read_on(request: &Value) -> Reply {
 }
 
 #[test]
+fn max_result_chars_in_the_config_relaxes_the_cut() {
+    let dir = workdir("long-result-relaxed");
+    let config = misbehaving_config(&dir, "long-result", json!({}));
+    let mut value: Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    value["maxResultChars"] = json!(60_000);
+    std::fs::write(&config, value.to_string()).unwrap();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![Reply::call("c1", "flaky__boom", "{}"), Reply::text("done")],
+    );
+    let output = scripted_run(
+        &dir,
+        &model,
+        &["--config", config.to_str().unwrap()],
+        &["--approve", "auto"],
+        "get the long list",
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let whole = tool_reply(&model.requests()[1], "c1");
+    assert_eq!(whole.len(), 55_000, "not cut under a 60,000 limit");
+
+    value["maxResultChars"] = json!("lots");
+    std::fs::write(&config, value.to_string()).unwrap();
+    let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("unused")]);
+    let output = scripted_run(
+        &dir,
+        &model,
+        &["--config", config.to_str().unwrap()],
+        &[],
+        "hi",
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("\"maxResultChars\" is \"lots\"; give a whole number"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
 fn a_result_too_long_for_the_model_is_saved_and_read_page_by_page() {
     let dir = workdir("long-result");
     let config = misbehaving_config(&dir, "long-result", json!({}));
