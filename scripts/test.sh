@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs what the tests need (cmake and libclang for
 # the embedded llama.cpp, the pinned peer servers, the default model; all cached), then runs
-# every test in the workspace, then the official MCP conformance suite (client side).
+# every test in the workspace, the official MCP conformance suite (client side), and the
+# README's first command in a clean clone without cmake.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+source scripts/build-env.sh
+tether_build_env
 bash scripts/install-system.sh
 bash scripts/install-peers.sh
 cargo build --locked -p tether
@@ -19,3 +22,4 @@ export TETHER_CREDENTIALS="$isolated/credentials.json"
 unset TETHER_MODEL TETHER_DATA_DIR
 cargo test --workspace --locked "$@"
 bash scripts/conformance.sh
+bash scripts/test-first-run.sh
