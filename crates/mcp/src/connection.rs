@@ -46,6 +46,8 @@ use crate::config::{ServerConfig, Transport};
 use crate::error::{McpError, near_matches};
 use crate::stdio::StdioProcess;
 
+/// JSON-RPC error code of "URL elicitation required" (MCP 2025-11-25).
+const URL_ELICITATION_REQUIRED: i32 = -32042;
 /// The first protocol version of the modern (stateless) era.
 const FIRST_MODERN_VERSION: &str = "2026-07-28";
 
@@ -957,6 +959,16 @@ impl ServerConnection {
         let server = self.config.name.clone();
         match outcome {
             Ok(value) => Ok(value),
+            Err(ServiceError::McpError(error))
+                if error.code.0 == URL_ELICITATION_REQUIRED
+                    && !crate::error::elicitation_urls(error.data.as_ref()).is_empty() =>
+            {
+                Err(McpError::UrlRequired {
+                    server,
+                    operation: operation.to_string(),
+                    urls: crate::error::elicitation_urls(error.data.as_ref()),
+                })
+            }
             Err(ServiceError::McpError(error)) => Err(McpError::Rpc {
                 server,
                 operation: operation.to_string(),

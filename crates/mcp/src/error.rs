@@ -81,6 +81,20 @@ pub enum McpError {
         /// The server's message.
         message: String,
     },
+    /// The server needs the user to finish a step at a URL first (the JSON-RPC error
+    /// -32042, "URL elicitation required"): the URLs are shown, never opened.
+    #[error(
+        "server \"{server}\": {operation} needs you to finish a step in your browser first: {}; Tether does not open links: open it yourself, then try again",
+        describe_urls(urls)
+    )]
+    UrlRequired {
+        /// Server name.
+        server: String,
+        /// What we asked for.
+        operation: String,
+        /// Each URL with the server's message about it, control characters removed.
+        urls: Vec<(String, String)>,
+    },
     /// Arguments given by the user do not make a valid request.
     #[error("{0}")]
     InvalidArguments(String),
@@ -106,6 +120,8 @@ pub enum ErrorClass {
     Unreachable,
     /// The server understood and refused.
     Server,
+    /// The server needs the user to do something first (open a URL).
+    UserAction,
 }
 
 impl McpError {
@@ -123,8 +139,40 @@ impl McpError {
             | McpError::Auth(_)
             | McpError::SignInRequired { .. } => ErrorClass::Unreachable,
             McpError::Rpc { .. } => ErrorClass::Server,
+            McpError::UrlRequired { .. } => ErrorClass::UserAction,
         }
     }
+}
+
+fn describe_urls(urls: &[(String, String)]) -> String {
+    urls.iter()
+        .map(|(url, message)| {
+            if message.is_empty() {
+                url.clone()
+            } else {
+                format!("{url} ({message})")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", and ")
+}
+
+/// The URLs of a -32042 error's `data.elicitations` (URL mode), each with its message, as the
+/// server wrote them (front ends strip escape sequences before a terminal sees them).
+pub fn elicitation_urls(data: Option<&serde_json::Value>) -> Vec<(String, String)> {
+    let clean =
+        |v: &serde_json::Value| -> String { v.as_str().unwrap_or_default().trim().to_string() };
+    data.and_then(|d| d.get("elicitations"))
+        .and_then(serde_json::Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter(|e| e.get("url").is_some())
+                .map(|e| (clean(&e["url"]), clean(&e["message"])))
+                .filter(|(url, _)| !url.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn suggestion_suffix(suggestions: &[String], known: &[String]) -> String {

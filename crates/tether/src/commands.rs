@@ -278,7 +278,8 @@ pub(crate) fn print_error(message: &str, exit_code: Option<u8>) {
         }
         eprintln!("{}", json!({ "error": error }));
     } else {
-        eprintln!("error: {message}");
+        // Errors quote servers (their messages, URLs, last stderr lines).
+        eprintln!("error: {}", crate::render::terminal_safe(message));
     }
 }
 

@@ -25,6 +25,8 @@ mod exit {
     pub const USAGE: u8 = 1;
     pub const UNREACHABLE: u8 = 2;
     pub const TOOL_ERROR: u8 = 3;
+    /// The server needs the user to do something first (open a URL it named).
+    pub const ACTION_REQUIRED: u8 = 5;
 }
 
 /// Tether: an MCP host. Connect any LLM to any number of MCP servers, or use the tester
@@ -273,6 +275,7 @@ impl From<McpError> for Failure {
         let code = match error.class() {
             ErrorClass::Usage => exit::USAGE,
             ErrorClass::Unreachable | ErrorClass::Server => exit::UNREACHABLE,
+            ErrorClass::UserAction => exit::ACTION_REQUIRED,
         };
         Failure {
             code,

@@ -280,6 +280,64 @@ fn escape_sequences_from_a_server_never_reach_the_terminal() {
 }
 
 #[test]
+fn a_url_the_server_requires_is_shown_with_its_own_exit_code() {
+    // -32042: the server needs the user in a browser first. The URL is shown (never
+    // opened), its message without escape sequences, and the exit code says so (5), not
+    // "unreachable" (2).
+    let dir = workdir("needs-url");
+    let server = misbehaving_stdio("needs-url");
+    let output = tether_in(
+        &dir,
+        &["call", "misbehaving_server", "boom", "--stdio", &server],
+    );
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(5), "{stderr}");
+    assert!(
+        stderr.contains("needs you to finish a step in your browser first: https://auth.example.com/connect?id=e-1 (Connect your example account)")
+            && stderr.contains("Tether does not open links"),
+        "{stderr:?}"
+    );
+    assert!(!stderr.contains('\x1b'), "{stderr:?}");
+
+    let output = tether_in(
+        &dir,
+        &[
+            "--json",
+            "call",
+            "misbehaving_server",
+            "boom",
+            "--stdio",
+            &server,
+        ],
+    );
+    let error: Value = serde_json::from_str(text(&output.stderr).lines().last().unwrap()).unwrap();
+    assert_eq!(error["error"]["exitCode"], 5, "{error}");
+
+    // In a run the model is told the same, so it can pass the link on.
+    let config = misbehaving_config(&dir, "needs-url", json!({}));
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "flaky__boom", "{}"),
+            Reply::text("open the link"),
+        ],
+    );
+    let output = scripted_run(
+        &dir,
+        &model,
+        &["--config", config.to_str().unwrap()],
+        &["--approve", "auto"],
+        "connect me",
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let told = tool_reply(&model.requests()[1], "c1");
+    assert!(
+        told.contains("https://auth.example.com/connect?id=e-1"),
+        "{told}"
+    );
+}
+
+#[test]
 fn absurd_timeouts_are_usage_errors() {
     let dir = workdir("timeouts");
     let output = tether_in(&dir, &["--timeout", "1e30", "tools", "--stdio", "true"]);
