@@ -154,14 +154,14 @@ pub trait HostHandler: Send + Sync + 'static {
     }
 }
 
-/// The host of non-interactive uses (the tester commands, scripts): roots are the working
-/// directory, sampling is refused, elicitations are declined, logs go to `tracing`.
+/// The host of non-interactive uses (the gateway, scripts): no roots (offered only when a user
+/// asks), sampling is refused, elicitations are declined, logs go to `tracing`.
 #[derive(Debug, Default)]
 pub struct HeadlessHost;
 
 impl HostHandler for HeadlessHost {
     fn roots(&self) -> Vec<Root> {
-        Root::working_directory()
+        Vec::new()
     }
 
     fn sample<'a>(

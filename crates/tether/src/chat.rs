@@ -746,8 +746,13 @@ impl Chat<'_> {
             }
             "/root" => {
                 let dir = std::path::absolute(rest).map_err(|e| format!("/root {rest}: {e}"))?;
+                let root = tether_mcp::Root::directory(&dir);
                 if let Ok(mut roots) = self.host.roots.lock() {
-                    roots.push(tether_mcp::Root::directory(&dir));
+                    if roots.contains(&root) {
+                        eprintln!("{} is already a root", dir.display());
+                        return Ok(Step::Continue);
+                    }
+                    roots.push(root);
                 }
                 for error in self.registry.roots_changed().await {
                     eprintln!("warning: {error}");

@@ -16,19 +16,56 @@ use crate::host::{LOG_LEVELS, TerminalHost};
 use crate::render;
 use crate::{Command, Failure, GlobalArgs};
 
+/// The roots offered to servers: `--root` flags, then `"roots"` in the config (paths relative to
+/// the config file). None unless the user names some.
+fn roots(
+    global: &GlobalArgs,
+    settings: &serde_json::Map<String, Value>,
+    source: Option<&std::path::Path>,
+) -> Result<Vec<Root>, Failure> {
+    let mut dirs: Vec<(std::path::PathBuf, String)> = global
+        .roots
+        .iter()
+        .map(|dir| (dir.clone(), format!("--root {}", dir.display())))
+        .collect();
+    if let Some(value) = settings.get("roots") {
+        let listed = value
+            .as_array()
+            .filter(|items| items.iter().all(Value::is_string))
+            .ok_or_else(|| {
+                Failure::usage(format!(
+                    "config: \"roots\" is {value}; give a list of directories, e.g. [\"~/projects/site\"]"
+                ))
+            })?;
+        let base = source.and_then(std::path::Path::parent);
+        for item in listed.iter().filter_map(Value::as_str) {
+            let path = match item.strip_prefix("~/") {
+                Some(rest) => dirs::home_dir().unwrap_or_default().join(rest),
+                None => std::path::PathBuf::from(item),
+            };
+            let path = match base {
+                Some(base) if path.is_relative() => base.join(path),
+                _ => path,
+            };
+            dirs.push((path, format!("config: \"roots\": {item}")));
+        }
+    }
+    let mut roots: Vec<Root> = Vec::new();
+    for (dir, place) in dirs {
+        let dir = std::path::absolute(&dir).map_err(|e| Failure::usage(format!("{place}: {e}")))?;
+        let root = Root::directory(&dir);
+        if !roots.contains(&root) {
+            roots.push(root);
+        }
+    }
+    Ok(roots)
+}
+
 /// Runs one command to completion.
 pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
     let (servers, settings, source) = server_configs(&global)?;
     let json = global.json;
-    let roots = global
-        .roots
-        .iter()
-        .map(|dir| {
-            std::path::absolute(dir)
-                .map(|dir| Root::directory(&dir))
-                .map_err(|e| Failure::usage(format!("--root {}: {e}", dir.display())))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let roots = roots(&global, &settings, source.as_deref())?;
     let log_level = LOG_LEVELS
         .iter()
         .position(|l| *l == global.log_level)

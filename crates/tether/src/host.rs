@@ -67,14 +67,12 @@ pub struct TerminalHost {
 }
 
 impl TerminalHost {
-    /// A host for `servers`, with the working directory (or `roots`) as roots.
+    /// A host for `servers` offering `roots`: only what the user named (`--root`, `"roots"`,
+    /// `/root`), never the working directory by default, because a server such as
+    /// server-filesystem replaces the directories it was configured with by the client's roots,
+    /// and a user who limited a server must stay limited.
     pub fn new(servers: &[ServerConfig], roots: Vec<Root>, log_level: usize) -> TerminalHost {
         use std::io::IsTerminal;
-        let roots = if roots.is_empty() {
-            Root::working_directory()
-        } else {
-            roots
-        };
         TerminalHost {
             interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
             provider: None,

@@ -65,7 +65,9 @@ struct GlobalArgs {
     #[arg(long, global = true, value_name = "LEVEL", default_value = "info",
           value_parser = clap::builder::PossibleValuesParser::new(host::LOG_LEVELS))]
     log_level: String,
-    /// A directory offered to servers as a root (repeatable) [default: the working directory].
+    /// A directory offered to servers as a root (repeatable; also `"roots"` in the config). None
+    /// by default: a server that takes roots (server-filesystem) would otherwise widen its reach
+    /// to the working directory.
     #[arg(long = "root", global = true, value_name = "DIR")]
     roots: Vec<PathBuf>,
     /// More logging on stderr (-v: info, -vv: debug incl. server stderr).

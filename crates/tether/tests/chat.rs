@@ -796,7 +796,7 @@ fn prompts_roots_and_context_in_a_terminal() {
     terminal.wait_for("added root /srv/delta");
     // The server logs the new roots when it has fetched them; wait for that line so it
     // cannot land on a later prompt line.
-    terminal.wait_for("Roots updated: 2 root(s)");
+    terminal.wait_for("Roots updated: 1 root(s)");
     terminal.type_text("echo a lot");
     terminal.press(&["Enter"]);
     terminal.wait_for("Echoed.");

@@ -976,3 +976,101 @@ fn with_no_servers_the_tester_sees_the_builtin_tools() {
     assert_eq!(run.stdout.trim(), "5");
     assert!(!run.stderr.contains("note:"), "{}", run.stderr);
 }
+
+#[test]
+fn a_server_limited_to_a_directory_stays_limited_unless_roots_are_given() {
+    // server-filesystem replaces the directories it was started with by the client's roots.
+    // Tether offers none unless asked, so the working directory (which holds a file the
+    // server was not given) stays out of reach.
+    let work = tempdir().join("roots-work");
+    let files = work.join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(work.join("all.json"), "{\"secret\": 1}").unwrap();
+    std::fs::write(files.join("notes.txt"), "milk").unwrap();
+    let config = work.join("tether.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"mcpServers": {"fs": {
+            "command": test_support::npm_bin("mcp-server-filesystem"),
+            "args": [&files],
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let files_dir = std::fs::canonicalize(&files).unwrap();
+    let outside = std::fs::canonicalize(work.join("all.json")).unwrap();
+
+    let allowed = tether_in(
+        &work,
+        &["--config", config, "call", "fs", "list_allowed_directories"],
+    );
+    ok(&allowed);
+    assert!(
+        allowed.stdout.contains(files_dir.to_str().unwrap()),
+        "{}",
+        allowed.stdout
+    );
+    let read = tether_in(
+        &work,
+        &[
+            "--config",
+            config,
+            "call",
+            "fs",
+            "read_text_file",
+            &format!("path={}", outside.display()),
+        ],
+    );
+    assert_ne!(
+        read.code, 0,
+        "the file outside stays unreadable: {}",
+        read.stdout
+    );
+    assert!(
+        read.stdout.contains("Access denied"),
+        "{} {}",
+        read.stdout,
+        read.stderr
+    );
+
+    // Asked for, the working directory is offered and the server takes it.
+    let widened = tether_in(
+        &work,
+        &[
+            "--config",
+            config,
+            "--root",
+            ".",
+            "call",
+            "fs",
+            "read_text_file",
+            &format!("path={}", outside.display()),
+        ],
+    );
+    ok(&widened);
+    assert!(widened.stdout.contains("secret"), "{}", widened.stdout);
+
+    // "roots" in the config does the same, relative to the config file.
+    std::fs::write(
+        work.join("tether.json"),
+        serde_json::json!({"roots": ["."], "mcpServers": {"fs": {
+            "command": test_support::npm_bin("mcp-server-filesystem"),
+            "args": [&files],
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let configured = tether_in(
+        &work,
+        &[
+            "--config",
+            config,
+            "call",
+            "fs",
+            "read_text_file",
+            &format!("path={}", outside.display()),
+        ],
+    );
+    ok(&configured);
+}
