@@ -108,40 +108,62 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
         }
         Command::Servers => servers_command(&servers, json, shared).await,
         Command::Pins { action } => pins_command(&servers, action, json, shared).await,
+        Command::Completions { .. } => Ok(()),
+        Command::Batch { file } => {
+            batch_command(&servers, &settings, &file, json, global.strict, &shared).await
+        }
+        tester => {
+            let only = tester_server(&tester).map(str::to_string);
+            let registry = start(&servers, only.as_deref(), &shared).await?;
+            let outcome = tester_command(&registry, &settings, tester, json).await;
+            registry.shutdown().await;
+            outcome
+        }
+    }
+}
+
+/// The one server a tester command names, if it names one.
+fn tester_server(command: &Command) -> Option<&str> {
+    match command {
+        Command::Tools { server, .. }
+        | Command::Resources { server }
+        | Command::Prompts { server } => server.as_deref(),
+        Command::Call { server, .. }
+        | Command::Read { server, .. }
+        | Command::Complete { server, .. }
+        | Command::Prompt { server, .. } => Some(server),
+        _ => None,
+    }
+}
+
+/// Runs one tester command (tools, call, resources, read, complete, prompts, prompt) against
+/// servers already started: one command's, or a whole batch's.
+async fn tester_command(
+    registry: &ServerRegistry,
+    settings: &Map<String, Value>,
+    command: Command,
+    json: bool,
+) -> Result<(), Failure> {
+    if let Some(server) = tester_server(&command) {
+        single_failure(registry, server)?;
+    }
+    match command {
         Command::Tools {
             server,
             schema,
             search,
             limit,
             tokens,
-        } => {
-            let registry = start(&servers, server.as_deref(), &shared).await?;
-            let outcome = match (search, tokens) {
-                (Some(query), _) => tools_search_command(&registry, &query, limit, json).await,
-                (None, true) => tools_tokens_command(&registry, &settings, json).await,
-                (None, false) => tools_command(&registry, json, schema).await,
-            };
-            registry.shutdown().await;
-            outcome
-        }
+        } => match (search, tokens) {
+            (Some(query), _) => tools_search_command(registry, &query, limit, json).await,
+            (None, true) => tools_tokens_command(registry, settings, json).await,
+            (None, false) => tools_command(registry, server.as_deref(), json, schema).await,
+        },
         Command::Call { server, tool, args } => {
-            let registry = start(&servers, Some(&server), &shared).await?;
-            let outcome = call_command(&registry, &server, &tool, &args, json).await;
-            registry.shutdown().await;
-            outcome
+            call_command(registry, &server, &tool, &args, json).await
         }
-        Command::Resources { server } => {
-            let registry = start(&servers, server.as_deref(), &shared).await?;
-            let outcome = resources_command(&registry, json).await;
-            registry.shutdown().await;
-            outcome
-        }
-        Command::Read { server, uri } => {
-            let registry = start(&servers, Some(&server), &shared).await?;
-            let outcome = read_command(&registry, &server, &uri, json).await;
-            registry.shutdown().await;
-            outcome
-        }
+        Command::Resources { server } => resources_command(registry, server.as_deref(), json).await,
+        Command::Read { server, uri } => read_command(registry, &server, &uri, json).await,
         Command::Complete {
             server,
             prompt,
@@ -159,7 +181,6 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
                     ))),
                 })
                 .collect::<Result<std::collections::HashMap<_, _>, _>>()?;
-            let registry = start(&servers, Some(&server), &shared).await?;
             let target = match (&prompt, &template) {
                 (Some(prompt), _) => Completion::Prompt(prompt),
                 (None, Some(template)) => Completion::Template(template),
@@ -169,35 +190,123 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
                     ));
                 }
             };
-            let outcome = async {
-                single_failure(&registry, &server)?;
-                let values = registry
-                    .connection(&server)?
-                    .complete(target, &argument, &value, &context)
-                    .await?;
-                if json {
-                    render::print_json(&json!(values));
-                } else {
-                    values.iter().for_each(|v| println!("{v}"));
-                }
-                Ok(())
+            single_failure(registry, &server)?;
+            let values = registry
+                .connection(&server)?
+                .complete(target, &argument, &value, &context)
+                .await?;
+            if json {
+                render::print_json(&json!(values));
+            } else {
+                values.iter().for_each(|v| println!("{v}"));
             }
-            .await;
-            registry.shutdown().await;
-            outcome
+            Ok(())
         }
-        Command::Prompts { server } => {
-            let registry = start(&servers, server.as_deref(), &shared).await?;
-            let outcome = prompts_command(&registry, json).await;
-            registry.shutdown().await;
-            outcome
-        }
+        Command::Prompts { server } => prompts_command(registry, server.as_deref(), json).await,
         Command::Prompt { server, name, args } => {
-            let registry = start(&servers, Some(&server), &shared).await?;
-            let outcome = prompt_command(&registry, &server, &name, &args, json).await;
-            registry.shutdown().await;
-            outcome
+            prompt_command(registry, &server, &name, &args, json).await
         }
+        other => Err(Failure::usage(format!(
+            "`{}` cannot run in a batch; a batch runs tools, call, resources, read, complete, prompts and prompt",
+            command_name(&other)
+        ))),
+    }
+}
+
+fn command_name(command: &Command) -> String {
+    format!("{command:?}")
+        .split([' ', '{', '('])
+        .next()
+        .unwrap_or_default()
+        .to_lowercase()
+}
+
+/// `tether batch FILE`: every line a tester command, run in order against servers started once
+/// (so a stateful server keeps its state from line to line). Blank lines and `#` comments are
+/// skipped. A failing line prints its error, naming the line, and the batch goes on; the exit
+/// code is the first failure's. Under `--strict` the first failure stops the batch.
+async fn batch_command(
+    servers: &[ServerConfig],
+    settings: &Map<String, Value>,
+    file: &std::path::Path,
+    json: bool,
+    strict: bool,
+    host: &Arc<dyn HostHandler>,
+) -> Result<(), Failure> {
+    let label = file.display().to_string();
+    let text = if label == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| Failure::usage(format!("batch: cannot read standard input: {e}")))?;
+        text
+    } else {
+        std::fs::read_to_string(file).map_err(|e| Failure::usage(format!("batch {label}: {e}")))?
+    };
+    // Every line is parsed before anything runs: a typo on line 9 should not come after
+    // eight calls with side effects.
+    let mut commands = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let place = format!("{label}:{}", index + 1);
+        let words = shlex::split(line)
+            .ok_or_else(|| Failure::usage(format!("{place}: unbalanced quotes in \"{line}\"")))?;
+        let parsed = <crate::Cli as clap::Parser>::try_parse_from(
+            std::iter::once("tether".to_string()).chain(words),
+        )
+        .map_err(|e| {
+            let first = e.to_string();
+            let first = first
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ");
+            Failure::usage(format!("{place}: {first}"))
+        })?;
+        let command = parsed
+            .command
+            .ok_or_else(|| Failure::usage(format!("{place}: no command")))?;
+        if tester_server(&command).is_none()
+            && !matches!(
+                command,
+                Command::Tools { .. } | Command::Resources { .. } | Command::Prompts { .. }
+            )
+        {
+            return Err(Failure::usage(format!(
+                "{place}: `{}` cannot run in a batch; a batch runs tools, call, resources, read, complete, prompts and prompt",
+                command_name(&command)
+            )));
+        }
+        commands.push((place, line.to_string(), parsed.global.json || json, command));
+    }
+    let registry = start(servers, None, host).await?;
+    let mut first_failure: Option<u8> = None;
+    for (place, line, json, command) in commands {
+        if !json {
+            // On stderr, so standard output stays the commands' own output.
+            eprintln!("── {place}: {}", render::terminal_safe(&line));
+        }
+        if let Err(failure) = tester_command(&registry, settings, command, json).await {
+            let message = failure
+                .message
+                .map(|m| format!("{place}: {m}"))
+                .unwrap_or_else(|| format!("{place}: failed"));
+            print_error(&message, Some(failure.code));
+            first_failure.get_or_insert(failure.code);
+            if strict {
+                break;
+            }
+        }
+    }
+    registry.shutdown().await;
+    match first_failure {
+        Some(code) => Err(Failure {
+            code,
+            message: None,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -213,6 +322,13 @@ fn server_configs(global: &GlobalArgs) -> Result<Loaded, Failure> {
     let adhoc = !global.stdio.is_empty() || !global.url.is_empty();
     let (mut servers, settings, source) = if !adhoc || global.config.is_some() {
         let config = Config::discover(global.config.as_deref())?;
+        if global.strict
+            && let Some(warning) = config.warnings.first()
+        {
+            return Err(Failure::usage(format!(
+                "{warning} (--strict makes config warnings errors)"
+            )));
+        }
         for warning in &config.warnings {
             tracing::warn!("{warning}");
         }
@@ -424,12 +540,23 @@ async fn servers_command(
     }
 }
 
-async fn tools_command(registry: &ServerRegistry, json: bool, schema: bool) -> Result<(), Failure> {
+async fn tools_command(
+    registry: &ServerRegistry,
+    only: Option<&str>,
+    json: bool,
+    schema: bool,
+) -> Result<(), Failure> {
     let (router, list_errors) = registry.tool_router().await;
+    let tools: Vec<_> = router
+        .tools()
+        .iter()
+        .filter(|t| only.is_none_or(|only| t.server == only))
+        .cloned()
+        .collect();
     if json {
-        render::print_json(&json!(router.tools()));
+        render::print_json(&json!(tools));
     } else {
-        render::tools(router.tools(), schema, registry.connections().count() > 0);
+        render::tools(&tools, schema, registry.connections().count() > 0);
     }
     let mut errors: Vec<String> = registry.failures().map(|e| e.to_string()).collect();
     errors.extend(list_errors.iter().map(|e| e.to_string()));
@@ -609,8 +736,15 @@ async fn call_command(
     Ok(())
 }
 
-async fn resources_command(registry: &ServerRegistry, json: bool) -> Result<(), Failure> {
-    let listings = join_all(registry.connections().map(|c| async move {
+async fn resources_command(
+    registry: &ServerRegistry,
+    only: Option<&str>,
+    json: bool,
+) -> Result<(), Failure> {
+    let connections = registry
+        .connections()
+        .filter(|c| only.is_none_or(|only| c.name() == only));
+    let listings = join_all(connections.map(|c| async move {
         let (resources, templates) = tokio::join!(c.list_resources(), c.list_resource_templates());
         (c.name().to_string(), resources, templates)
     }))
@@ -651,10 +785,15 @@ async fn read_command(
     Ok(())
 }
 
-async fn prompts_command(registry: &ServerRegistry, json: bool) -> Result<(), Failure> {
+async fn prompts_command(
+    registry: &ServerRegistry,
+    only: Option<&str>,
+    json: bool,
+) -> Result<(), Failure> {
     let listings = join_all(
         registry
             .connections()
+            .filter(|c| only.is_none_or(|only| c.name() == only))
             .map(|c| async move { (c.name().to_string(), c.list_prompts().await) }),
     )
     .await;

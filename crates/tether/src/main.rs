@@ -70,6 +70,10 @@ struct GlobalArgs {
     /// to the working directory.
     #[arg(long = "root", global = true, value_name = "DIR")]
     roots: Vec<PathBuf>,
+    /// For scripts: warnings (unknown config keys) are errors, and `batch` stops at its first
+    /// failing line.
+    #[arg(long, global = true)]
+    strict: bool,
     /// More logging on stderr (-v: info, -vv: debug incl. server stderr).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -96,6 +100,17 @@ enum Command {
     Sessions {
         #[command(subcommand)]
         action: Option<SessionsAction>,
+    },
+    /// Run tester commands from FILE (`-` for standard input), one per line, against servers
+    /// started once; `#` starts a comment. Exits with the first failing line's code.
+    Batch {
+        /// The file of commands, e.g. lines like `call everything echo message=hi`.
+        file: std::path::PathBuf,
+    },
+    /// Print a completion script for SHELL: `tether completions bash > ~/.local/share/bash-completion/completions/tether`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
     },
     /// Start every configured server and report status, protocol, capabilities and counts.
     Servers,
@@ -405,6 +420,18 @@ fn main() -> ExitCode {
             };
         }
     };
+    if let Some(Command::Completions { shell }) = &cli.command {
+        // Into a buffer first: clap_complete panics when its writer fails (`| head`).
+        let mut script = Vec::new();
+        clap_complete::generate(
+            *shell,
+            &mut <Cli as clap::CommandFactory>::command(),
+            "tether",
+            &mut script,
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), &script);
+        return ExitCode::SUCCESS;
+    }
     init_logging(cli.global.verbose);
     commands::JSON_ERRORS.store(cli.global.json, std::sync::atomic::Ordering::Relaxed);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

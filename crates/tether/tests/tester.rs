@@ -1034,43 +1034,162 @@ fn a_server_limited_to_a_directory_stays_limited_unless_roots_are_given() {
         read.stderr
     );
 
-    // Asked for, the working directory is offered and the server takes it.
-    let widened = tether_in(
+    // Asked for, roots are offered: `--root` and "roots" in the config (relative to the config
+    // file). server-everything shows what it was given. (server-filesystem takes them too, but
+    // fetches them in the background after the handshake, so a first call may race it.)
+    let everything = test_support::npm_bin("mcp-server-everything");
+    std::fs::write(
+        work.join("tether.json"),
+        serde_json::json!({"roots": ["files"], "mcpServers": {"e": {
+            "command": everything, "args": ["stdio"],
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let offered = tether_in(&work, &["--config", config, "call", "e", "get-roots-list"]);
+    ok(&offered);
+    assert!(
+        offered
+            .stdout
+            .contains(&format!("file://{}", files.display())),
+        "{}",
+        offered.stdout
+    );
+    let flagged = tether_in(
         &work,
         &[
             "--config",
             config,
             "--root",
-            ".",
+            "/srv/other",
             "call",
-            "fs",
-            "read_text_file",
-            &format!("path={}", outside.display()),
+            "e",
+            "get-roots-list",
         ],
     );
-    ok(&widened);
-    assert!(widened.stdout.contains("secret"), "{}", widened.stdout);
+    ok(&flagged);
+    assert!(
+        flagged.stdout.contains("file:///srv/other")
+            && flagged
+                .stdout
+                .contains(&format!("file://{}", files.display())),
+        "{}",
+        flagged.stdout
+    );
+}
 
-    // "roots" in the config does the same, relative to the config file.
+#[test]
+fn batch_runs_tester_commands_against_servers_started_once() {
+    // server-memory keeps its graph in the process: a later line sees what an earlier one
+    // made only if the server was started once for the whole batch.
+    let dir = tempdir().join("batch");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Its graph file is the test's own (by default it sits inside the npm package).
+    let graph_file = dir.join("memory.jsonl");
+    let _ = std::fs::remove_file(&graph_file);
     std::fs::write(
-        work.join("tether.json"),
-        serde_json::json!({"roots": ["."], "mcpServers": {"fs": {
-            "command": test_support::npm_bin("mcp-server-filesystem"),
-            "args": [&files],
+        dir.join("tether.json"),
+        serde_json::json!({"mcpServers": {"memory": {
+            "command": test_support::npm_bin("mcp-server-memory"),
+            "env": {"MEMORY_FILE_PATH": graph_file},
         }}})
         .to_string(),
     )
     .unwrap();
-    let configured = tether_in(
-        &work,
-        &[
-            "--config",
-            config,
-            "call",
-            "fs",
-            "read_text_file",
-            &format!("path={}", outside.display()),
-        ],
+    std::fs::write(
+        dir.join("steps.txt"),
+        "# a comment, then a blank line\n\n\
+         call memory create_entities '{\"entities\": [{\"name\": \"milk\", \"entityType\": \"item\", \"observations\": [\"buy\"]}]}'\n\
+         call memory nope\n\
+         call memory read_graph\n",
+    )
+    .unwrap();
+    let run = tether_in(&dir, &["--config", "tether.json", "batch", "steps.txt"]);
+    assert_eq!(run.code, 1, "the first failure's code: {}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("error: steps.txt:4: server \"memory\": unknown tool \"nope\""),
+        "{}",
+        run.stderr
     );
-    ok(&configured);
+    assert!(
+        run.stderr
+            .contains("── steps.txt:5: call memory read_graph"),
+        "{}",
+        run.stderr
+    );
+    let graph = run.stdout.rsplit("\"relations\"").count();
+    assert_eq!(graph, 2, "read_graph ran after the failure: {}", run.stdout);
+    assert!(
+        run.stdout.contains("\"relations\": []") && run.stdout.matches("\"milk\"").count() >= 2,
+        "the graph read on line 5 holds what line 3 made: {}",
+        run.stdout
+    );
+
+    // --strict stops at the first failure.
+    let strict = tether_in(
+        &dir,
+        &["--strict", "--config", "tether.json", "batch", "steps.txt"],
+    );
+    assert_eq!(strict.code, 1);
+    assert!(!strict.stderr.contains("steps.txt:5"), "{}", strict.stderr);
+
+    // Every line is checked before anything runs.
+    std::fs::write(dir.join("typo.txt"), "tools\ncal memory read_graph\n").unwrap();
+    let typo = tether_in(&dir, &["--config", "tether.json", "batch", "typo.txt"]);
+    assert_eq!(typo.code, 1);
+    assert!(
+        typo.stderr
+            .contains("typo.txt:2: unrecognized subcommand 'cal'"),
+        "{}",
+        typo.stderr
+    );
+    assert!(typo.stdout.is_empty(), "nothing ran: {}", typo.stdout);
+    std::fs::write(dir.join("run.txt"), "run hello\n").unwrap();
+    let refused = tether_in(&dir, &["--config", "tether.json", "batch", "run.txt"]);
+    assert!(
+        refused.stderr.contains("`run` cannot run in a batch"),
+        "{}",
+        refused.stderr
+    );
+}
+
+#[test]
+fn strict_mode_makes_config_warnings_errors_and_completions_are_generated() {
+    let dir = tempdir().join("strict");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("tether.json"),
+        r#"{"mcpServers": {"e": {"command": "true", "colour": "blue"}}}"#,
+    )
+    .unwrap();
+    let lenient = tether_in(&dir, &["--config", "tether.json", "tools", "--search", "x"]);
+    assert!(lenient.stderr.contains("colour"), "{}", lenient.stderr);
+    let strict = tether_in(&dir, &["--strict", "--config", "tether.json", "tools"]);
+    assert_eq!(strict.code, 1, "{}", strict.stderr);
+    assert!(
+        strict.stderr.contains("colour")
+            && strict
+                .stderr
+                .contains("--strict makes config warnings errors"),
+        "{}",
+        strict.stderr
+    );
+    for (shell, marker) in [
+        ("bash", "_tether()"),
+        ("zsh", "#compdef tether"),
+        ("fish", "complete -c tether"),
+    ] {
+        let script = tether_in(&dir, &["completions", shell]);
+        assert_eq!(script.code, 0, "{}", script.stderr);
+        assert!(
+            script.stdout.contains(marker),
+            "{shell}: {}",
+            &script.stdout[..200.min(script.stdout.len())]
+        );
+        assert!(
+            script.stdout.contains("batch"),
+            "{shell} completes subcommands"
+        );
+    }
 }
