@@ -38,8 +38,12 @@ const INHERITED_ENV: &[&str] = &[
     "XDG_RUNTIME_DIR",
 ];
 const STDERR_TAIL_LINES: usize = 20;
-/// How long a server has to exit by itself after its stdin closes before it is killed.
-const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// How long a server has to exit by itself after its stdin closes before it is asked to
+/// (SIGTERM). Short: many servers (Node ones) never exit on end of input, and a tester command
+/// that waited half a second after printing its answer felt stuck.
+const EXIT_GRACE: Duration = Duration::from_millis(50);
+/// How long a server asked to stop (SIGTERM) has before it is killed.
+const TERM_GRACE: Duration = Duration::from_millis(500);
 /// How long to wait for an exit status once the pipe has closed, to name it in the error.
 const EXIT_STATUS_WAIT: Duration = Duration::from_secs(2);
 
@@ -69,15 +73,22 @@ impl Drop for ProcessGroup {
 }
 
 fn kill_group(pid: u32) {
+    signal_group(pid, true);
+}
+
+/// Sends SIGKILL (`kill`) or SIGTERM to a process group.
+fn signal_group(pid: u32, kill: bool) {
     #[cfg(unix)]
     if let Ok(pid) = i32::try_from(pid) {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let signal = if kill {
+            nix::sys::signal::Signal::SIGKILL
+        } else {
+            nix::sys::signal::Signal::SIGTERM
+        };
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), signal);
     }
     #[cfg(not(unix))]
-    let _ = pid;
+    let _ = (pid, kill);
 }
 
 /// Kills every stdio server Tether started, with everything each one started in turn. For
@@ -107,6 +118,8 @@ pub(crate) struct StdioProcess {
     diagnostics: Arc<Mutex<Diagnostics>>,
     kill: Option<oneshot::Sender<()>>,
     exit: watch::Receiver<Option<String>>,
+    /// The process group (the leader's pid), to ask it to stop.
+    group: Option<u32>,
 }
 
 /// The two ends rmcp talks through: filtered stdout and the child's stdin.
@@ -175,7 +188,8 @@ impl StdioProcess {
 
         let (kill_tx, kill_rx) = oneshot::channel::<()>();
         let (exit_tx, exit_rx) = watch::channel(None);
-        let group = child.id().map(ProcessGroup::track);
+        let group_id = child.id();
+        let group = group_id.map(ProcessGroup::track);
         tokio::spawn(async move {
             let status = tokio::select! {
                 status = child.wait() => status,
@@ -202,6 +216,7 @@ impl StdioProcess {
             diagnostics,
             kill: Some(kill_tx),
             exit: exit_rx,
+            group: group_id,
         };
         Ok((process, (json_reader, stdin)))
     }
@@ -250,10 +265,17 @@ impl StdioProcess {
         }
     }
 
-    /// Lets the process exit by itself (its stdin is already closed), then kills it.
+    /// Stops the process as the spec's stdio shutdown says: its stdin is already closed; if
+    /// it does not exit by itself, SIGTERM, then SIGKILL.
     pub(crate) async fn stop(mut self) {
         let mut exit = self.exit.clone();
-        let _ = tokio::time::timeout(EXIT_GRACE, exit.wait_for(Option::is_some)).await;
+        let exited = tokio::time::timeout(EXIT_GRACE, exit.wait_for(Option::is_some))
+            .await
+            .is_ok();
+        if !exited && let Some(group) = self.group {
+            signal_group(group, false);
+            let _ = tokio::time::timeout(TERM_GRACE, exit.wait_for(Option::is_some)).await;
+        }
         if let Some(kill) = self.kill.take() {
             let _ = kill.send(());
         }

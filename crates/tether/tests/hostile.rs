@@ -411,6 +411,35 @@ fn a_signal_to_tether_takes_every_server_process_with_it() {
 }
 
 #[test]
+fn a_server_that_ignores_end_of_input_is_asked_to_stop_then_killed() {
+    // The spec's stdio shutdown: close stdin, then SIGTERM, then SIGKILL. A server that keeps
+    // running after its input ends gets SIGTERM (its handler records it) instead of a long
+    // wait, and is gone when Tether exits.
+    let dir = workdir("linger");
+    let log = dir.join("linger.log");
+    let pidfile = dir.join("linger.pid");
+    std::fs::write(
+        dir.join("tether.json"),
+        json!({"mcpServers": {"lingering": {
+            "command": "python3",
+            "args": [fixture("misbehaving_server.py"), "crash-on-call", &pidfile],
+            "env": {"LINGER_LOG": &log},
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let output = tether_in(&dir, &["--config", "tether.json", "tools"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap_or_default(),
+        "SIGTERM",
+        "the server was asked to stop"
+    );
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    assert!(!alive(pid.trim()), "and it is gone");
+}
+
+#[test]
 fn session_files_are_private() {
     let dir = workdir("sessions");
     let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("hi")]);
