@@ -321,10 +321,10 @@ async fn fill_form(schema: &Value) -> Option<Map<String, Value>> {
             hint.push_str(&format!(" ({description})"));
         }
         if !choices.is_empty() {
-            hint.push_str(&format!(" one of: {}", choices.join(", ")));
+            hint.push_str(&format!(" one of: {}", show_choices(&choices)));
         }
         if let Some(default) = property.get("default") {
-            hint.push_str(&format!(" [{default}]"));
+            hint.push_str(&format!(" [{}]", show_default(default, &choices)));
         } else if !is_required {
             hint.push_str(" [skip]");
         }
@@ -353,17 +353,33 @@ async fn fill_form(schema: &Value) -> Option<Map<String, Value>> {
     Some(values)
 }
 
-/// The allowed values of an enum property (`enum` or titled `oneOf`/`anyOf` consts), or of
-/// a multi-select's items.
-fn form_choices(property: &Value) -> Vec<String> {
+/// One allowed value of an enum field, with the title a person should see, if it has one.
+#[derive(Debug, Clone, PartialEq)]
+struct Choice {
+    value: String,
+    title: Option<String>,
+}
+
+/// The allowed values of an enum property (`enum`, with the legacy `enumNames` as titles, or
+/// titled `oneOf`/`anyOf` consts), or of a multi-select's items.
+fn form_choices(property: &Value) -> Vec<Choice> {
     if let Some(items) = property.get("items") {
         return form_choices(items);
     }
     if let Some(values) = property.get("enum").and_then(Value::as_array) {
+        let titles = property.get("enumNames").and_then(Value::as_array);
         return values
             .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
+            .enumerate()
+            .filter_map(|(i, v)| {
+                Some(Choice {
+                    value: v.as_str()?.to_string(),
+                    title: titles
+                        .and_then(|t| t.get(i))
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                })
+            })
             .collect();
     }
     property
@@ -373,15 +389,79 @@ fn form_choices(property: &Value) -> Vec<String> {
         .map(|options| {
             options
                 .iter()
-                .filter_map(|o| o.get("const").and_then(Value::as_str))
-                .map(str::to_string)
+                .filter_map(|o| {
+                    Some(Choice {
+                        value: o.get("const")?.as_str()?.to_string(),
+                        title: o.get("title").and_then(Value::as_str).map(str::to_string),
+                    })
+                })
                 .collect()
         })
         .unwrap_or_default()
 }
 
+/// The choices as the user reads them: titles numbered when there are titles (ids mean
+/// nothing to a person), else the plain values.
+fn show_choices(choices: &[Choice]) -> String {
+    if choices.iter().any(|c| c.title.is_some()) {
+        choices
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{} {}", i + 1, c.title.as_deref().unwrap_or(&c.value)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else {
+        choices
+            .iter()
+            .map(|c| c.value.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// A default shown by its title when it has one.
+fn show_default(default: &Value, choices: &[Choice]) -> String {
+    let title = |v: &Value| {
+        v.as_str()
+            .and_then(|v| choices.iter().find(|c| c.value == v))
+            .and_then(|c| c.title.clone())
+    };
+    match default {
+        Value::Array(items) if !choices.is_empty() => items
+            .iter()
+            .map(|v| title(v).unwrap_or_else(|| v.to_string()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => title(other).unwrap_or_else(|| other.to_string()),
+    }
+}
+
+/// The value the user meant by `typed`: a value, a title (any case) or a choice's number.
+fn pick<'a>(choices: &'a [Choice], typed: &str) -> Option<&'a str> {
+    choices
+        .iter()
+        .find(|c| c.value == typed)
+        .or_else(|| {
+            choices.iter().find(|c| {
+                c.title
+                    .as_deref()
+                    .is_some_and(|t| t.eq_ignore_ascii_case(typed))
+            })
+        })
+        .or_else(|| {
+            typed
+                .parse::<usize>()
+                .ok()
+                .filter(|_| choices.iter().any(|c| c.title.is_some()))
+                .and_then(|n| n.checked_sub(1))
+                .and_then(|n| choices.get(n))
+        })
+        .map(|c| c.value.as_str())
+}
+
 /// Parses one typed-in form value.
-fn form_value(kind: &str, line: &str, choices: &[String]) -> Result<Value, String> {
+fn form_value(kind: &str, line: &str, choices: &[Choice]) -> Result<Value, String> {
+    let not_one_of = |bad: &str| format!("\"{bad}\" is not one of {}", show_choices(choices));
     match kind {
         "boolean" => match line.to_lowercase().as_str() {
             "y" | "yes" | "true" => Ok(Value::Bool(true)),
@@ -397,22 +477,23 @@ fn form_value(kind: &str, line: &str, choices: &[String]) -> Result<Value, Strin
             .map(Value::from)
             .map_err(|_| format!("\"{line}\" is not a number")),
         "array" => {
-            let picked: Vec<&str> = line
-                .split(',')
-                .map(str::trim)
-                .filter(|p| !p.is_empty())
-                .collect();
-            match picked
-                .iter()
-                .find(|p| !choices.is_empty() && !choices.iter().any(|c| c == *p))
-            {
-                Some(bad) => Err(format!("\"{bad}\" is not one of {}", choices.join(", "))),
-                None => Ok(json!(picked)),
+            let mut picked = Vec::new();
+            for part in line.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                if choices.is_empty() {
+                    picked.push(part.to_string());
+                } else {
+                    picked.push(
+                        pick(choices, part)
+                            .ok_or_else(|| not_one_of(part))?
+                            .to_string(),
+                    );
+                }
             }
+            Ok(json!(picked))
         }
-        _ if !choices.is_empty() && !choices.iter().any(|c| c == line) => {
-            Err(format!("\"{line}\" is not one of {}", choices.join(", ")))
-        }
+        _ if !choices.is_empty() => pick(choices, line)
+            .map(|v| Value::String(v.to_string()))
+            .ok_or_else(|| not_one_of(line)),
         _ => Ok(Value::String(line.to_string())),
     }
 }
@@ -427,7 +508,13 @@ mod tests {
         assert_eq!(form_value("number", "2.5", &[]), Ok(json!(2.5)));
         assert_eq!(form_value("boolean", "yes", &[]), Ok(json!(true)));
         assert!(form_value("integer", "forty", &[]).is_err());
-        let colours = vec!["red".to_string(), "blue".to_string()];
+        let colours: Vec<Choice> = ["red", "blue"]
+            .into_iter()
+            .map(|v| Choice {
+                value: v.into(),
+                title: None,
+            })
+            .collect();
         assert_eq!(form_value("string", "red", &colours), Ok(json!("red")));
         assert!(form_value("string", "green", &colours).is_err());
         assert_eq!(
@@ -438,11 +525,36 @@ mod tests {
     }
 
     #[test]
-    fn enum_choices_come_from_enum_or_titled_one_of() {
-        assert_eq!(form_choices(&json!({"enum": ["a", "b"]})), vec!["a", "b"]);
+    fn titled_choices_are_shown_by_title_and_picked_by_title_value_or_number() {
+        let heroes = form_choices(&json!({"oneOf": [
+            {"const": "hero-1", "title": "Superman"},
+            {"const": "hero-2", "title": "Wonder Woman"}
+        ]}));
+        assert_eq!(show_choices(&heroes), "1 Superman, 2 Wonder Woman");
+        assert_eq!(show_default(&json!("hero-1"), &heroes), "Superman");
+        for typed in ["wonder woman", "hero-2", "2"] {
+            assert_eq!(
+                form_value("string", typed, &heroes),
+                Ok(json!("hero-2")),
+                "{typed}"
+            );
+        }
+        assert!(form_value("string", "Batman", &heroes).is_err());
+        let pets =
+            form_choices(&json!({"enum": ["pet-1", "pet-2"], "enumNames": ["Cats", "Dogs"]}));
+        assert_eq!(form_value("string", "Dogs", &pets), Ok(json!("pet-2")));
+        let fish = form_choices(&json!({"items": {"anyOf": [
+            {"const": "fish-1", "title": "Tuna"}, {"const": "fish-3", "title": "Trout"}
+        ]}}));
         assert_eq!(
-            form_choices(&json!({"oneOf": [{"const": "x", "title": "X"}]})),
-            vec!["x"]
+            form_value("array", "Tuna, 2", &fish),
+            Ok(json!(["fish-1", "fish-3"]))
+        );
+        let plain = form_choices(&json!({"enum": ["a", "b"]}));
+        assert_eq!(show_choices(&plain), "a, b");
+        assert!(
+            form_value("string", "1", &plain).is_err(),
+            "numbers pick only titled choices"
         );
     }
 }

@@ -485,6 +485,29 @@ fn elicitation_is_declined_without_a_terminal_and_filled_in_with_one() {
         assert_eq!(code, Some(0), "{}: {screen}", via.name());
         filled_form(&screen);
     }
+
+    // Titled choices are shown by title and picked by title, number or id.
+    let mut answers = String::from("y\nAda Lovelace\nyes\n");
+    answers.push_str(&"\n".repeat(8));
+    answers.push_str("wonder woman\nTuna, 3\nDogs\n");
+    let (code, screen) = in_terminal(
+        &dir,
+        &format!("--stdio '{everything}' call everything trigger-elicitation-request"),
+        &answers,
+    );
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(
+        screen.contains("one of: 1 Superman, 2 Green Lantern, 3 Wonder Woman [Superman]"),
+        "{screen}"
+    );
+    for expected in [
+        "\"titledSingleSelectEnum\": \"hero-3\"",
+        "\"fish-1\"",
+        "\"fish-3\"",
+        "\"legacyTitledEnum\": \"pet-2\"",
+    ] {
+        assert!(screen.contains(expected), "missing {expected}:\n{screen}");
+    }
 }
 
 /// Checks the everything server's report of the form filled in with defaults.
