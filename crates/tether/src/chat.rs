@@ -366,6 +366,11 @@ impl Chat<'_> {
             match Editor::with_config(config) {
                 Ok(mut editor) => {
                     editor.set_helper(Some(ChatHelper { catalog }));
+                    if let Ok(printer) = editor.create_external_printer()
+                        && let Ok(mut slot) = self.host.printer.lock()
+                    {
+                        *slot = Some(Box::new(printer));
+                    }
                     let history = history_path();
                     if let Some(path) = &history {
                         if let Some(dir) = path.parent() {
@@ -589,9 +594,9 @@ impl Chat<'_> {
             "/quit" | "/exit" => return Ok(Step::Quit),
             "/help" => {
                 for (name, help) in COMMANDS {
-                    eprintln!("  {name:<11} {help}");
+                    println!("  {name:<11} {help}");
                 }
-                eprintln!(
+                println!(
                     "  @server:uri in a message attaches that resource; a line ending in \\ continues"
                 );
             }
@@ -613,7 +618,7 @@ impl Chat<'_> {
                         } else {
                             " "
                         };
-                        eprintln!(
+                        println!(
                             " {mark}{}  {}",
                             tool.qualified_name,
                             clip(description.lines().next().unwrap_or_default(), 80)
@@ -621,7 +626,7 @@ impl Chat<'_> {
                     }
                 }
                 if searching {
-                    eprintln!(
+                    println!(
                         "  ({} mode: * marks the {} tools sent to the model; the others are found by search)",
                         mode.as_str(),
                         snapshot.always_loaded_definitions().len() + loaded.len()
@@ -647,7 +652,7 @@ impl Chat<'_> {
                         tether_mcp::ServerState::Failed(error) => format!("failed: {error}"),
                         tether_mcp::ServerState::Disabled => "disabled".into(),
                     };
-                    eprintln!("  {}: {state}", entry.name());
+                    println!("  {}: {state}", entry.name());
                 }
             }
             "/reconnect" => {
@@ -660,27 +665,27 @@ impl Chat<'_> {
                 if chosen.is_empty() {
                     match self.registry.connection(named) {
                         Err(error) => eprintln!("error: {error}"),
-                        Ok(_) => eprintln!("no connected servers"),
+                        Ok(_) => println!("no connected servers"),
                     }
                 }
                 for connection in chosen {
                     match connection.reconnect().await {
-                        Ok(()) => eprintln!("  {}: reconnected", connection.name()),
-                        Err(error) => eprintln!("  {}: {error}", connection.name()),
+                        Ok(()) => println!("  {}: reconnected", connection.name()),
+                        Err(error) => println!("  {}: {error}", connection.name()),
                     }
                 }
             }
             "/resources" => {
                 for connection in self.registry.connections() {
                     for resource in connection.list_resources().await.unwrap_or_default() {
-                        eprintln!("  @{}:{}", connection.name(), resource.uri);
+                        println!("  @{}:{}", connection.name(), resource.uri);
                     }
                     for template in connection
                         .list_resource_templates()
                         .await
                         .unwrap_or_default()
                     {
-                        eprintln!(
+                        println!(
                             "  @{}:{} (template)",
                             connection.name(),
                             template.uri_template
@@ -693,7 +698,7 @@ impl Chat<'_> {
                     for prompt in connection.list_prompts().await.unwrap_or_default() {
                         let arguments: Vec<String> =
                             prompt.arguments.iter().map(|a| a.name.clone()).collect();
-                        eprintln!(
+                        println!(
                             "  /prompt {} {} {}",
                             connection.name(),
                             prompt.name,
@@ -709,7 +714,7 @@ impl Chat<'_> {
             "/prompt" => return expand_prompt(self.registry, rest).await.map(Step::Send),
             "/model" => {
                 if rest.is_empty() {
-                    eprintln!("model: {}", self.provider.name());
+                    println!("model: {}", self.provider.name());
                 } else {
                     let provider = build_provider(rest, &self.args, &self.settings)
                         .await
@@ -721,7 +726,7 @@ impl Chat<'_> {
                     self.save(Record::Model {
                         model: rest.to_string(),
                     });
-                    eprintln!("model: {}", self.provider.name());
+                    println!("model: {}", self.provider.name());
                 }
             }
             "/approve" => {
@@ -731,17 +736,17 @@ impl Chat<'_> {
                     "never" => ApprovalMode::Never,
                     other => return Err(format!("/approve {other}: use ask, auto or never")),
                 };
-                eprintln!("approval: {rest}");
+                println!("approval: {rest}");
             }
             "/system" => {
                 if rest.is_empty() {
-                    eprintln!(
+                    println!(
                         "{}",
                         self.options.system_prompt.as_deref().unwrap_or("(none)")
                     );
                 } else {
                     self.options.system_prompt = Some(rest.to_string());
-                    eprintln!("system prompt set");
+                    println!("system prompt set");
                 }
             }
             "/root" => {
@@ -749,7 +754,7 @@ impl Chat<'_> {
                 let root = tether_mcp::Root::directory(&dir);
                 if let Ok(mut roots) = self.host.roots.lock() {
                     if roots.contains(&root) {
-                        eprintln!("{} is already a root", dir.display());
+                        println!("{} is already a root", dir.display());
                         return Ok(Step::Continue);
                     }
                     roots.push(root);
@@ -757,7 +762,7 @@ impl Chat<'_> {
                 for error in self.registry.roots_changed().await {
                     eprintln!("warning: {error}");
                 }
-                eprintln!("added root {}", dir.display());
+                println!("added root {}", dir.display());
             }
             "/result" => {
                 let n: usize = if rest.is_empty() {
@@ -776,7 +781,7 @@ impl Chat<'_> {
                     })
                     .nth(n.saturating_sub(1));
                 match found {
-                    Some((name, content)) => eprintln!(
+                    Some((name, content)) => println!(
                         "{}",
                         crate::render::terminal_safe(&format!("{name}:\n{content}"))
                     ),
@@ -786,10 +791,10 @@ impl Chat<'_> {
             "/clear" => {
                 self.conversation.clear();
                 self.save(Record::Clear);
-                eprintln!("conversation cleared");
+                println!("conversation cleared");
             }
             "/compact" => self.compact().await?,
-            "/usage" => eprintln!(
+            "/usage" => println!(
                 "{} in, {} out tokens this session ({} messages in context)",
                 self.usage.input_tokens,
                 self.usage.output_tokens,
@@ -802,12 +807,12 @@ impl Chat<'_> {
                 self.save(Record::Name {
                     name: rest.to_string(),
                 });
-                eprintln!("session named \"{rest}\"");
+                println!("session named \"{rest}\"");
             }
             "/sessions" => {
                 let dir = session::sessions_dir().ok_or("no data dir")?;
                 for loaded in session::list(&dir).iter().take(20) {
-                    eprintln!("  {}", session_line(loaded));
+                    println!("  {}", session_line(loaded));
                 }
             }
             "/resume" => {
@@ -839,7 +844,7 @@ impl Chat<'_> {
                     session::to_markdown(&loaded)
                 };
                 std::fs::write(path, text).map_err(|e| format!("/export {rest}: {e}"))?;
-                eprintln!("wrote {}", path.display());
+                println!("wrote {}", path.display());
             }
             other => {
                 return Err(match closest_command(other) {

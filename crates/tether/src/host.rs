@@ -28,8 +28,13 @@ pub const LOG_LEVELS: &[&str] = &[
     "emergency",
 ];
 
-/// Only one prompt may read the terminal at a time.
-static TERMINAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Only one prompt may read the terminal at a time; notices wait for it too, so a server's
+/// log line never lands in the middle of a question.
+pub(crate) static TERMINAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Prints lines above the chat's input line while it is being edited (rustyline redraws the
+/// prompt below them), so a server log arriving at an idle prompt does not print over it.
+pub type PromptPrinter = Box<dyn rustyline::ExternalPrinter + Send>;
 
 /// Prints `prompt` on stderr and reads one line; `None` at end of input.
 pub async fn ask(prompt: String) -> Option<String> {
@@ -62,6 +67,8 @@ pub struct TerminalHost {
     pub roots: Mutex<Vec<Root>>,
     /// Least severe log level shown (index into [`LOG_LEVELS`]).
     pub log_level: usize,
+    /// Prints notices above the chat's prompt between turns (set by the chat).
+    pub printer: Mutex<Option<PromptPrinter>>,
     /// Where events go while a renderer runs; stderr otherwise.
     pub events: Mutex<Option<UnboundedSender<AgentEvent>>>,
 }
@@ -81,6 +88,7 @@ impl TerminalHost {
                 .map(|s| (s.name.clone(), s.sampling))
                 .collect(),
             roots: Mutex::new(roots),
+            printer: Mutex::new(None),
             log_level,
             events: Mutex::new(None),
         }
@@ -103,7 +111,14 @@ impl TerminalHost {
                     } => AgentEvent::restart_line(&server, restarts, &reason),
                     _ => return,
                 };
-                eprintln!("{}", crate::render::terminal_safe(&line));
+                let line = crate::render::terminal_safe(&line).into_owned();
+                if let Ok(mut printer) = self.printer.lock()
+                    && let Some(printer) = printer.as_mut()
+                    && printer.print(format!("{line}\n")).is_ok()
+                {
+                    return;
+                }
+                eprintln!("{line}");
             }
         }
     }
@@ -128,7 +143,7 @@ impl TerminalHost {
             }
             SamplingPolicy::Ask => {
                 let question = format!(
-                    "\nserver \"{server}\" asks to use the model ({}):\n{}\nallow? [y]es / [n]o: ",
+                    "\nserver \"{server}\" asks to use the model ({}):\n{}\nallow? [y]es / [n]o, then Enter: ",
                     provider.name(),
                     indent(&describe_sampling(&params))
                 );
@@ -145,7 +160,7 @@ impl TerminalHost {
         if policy == SamplingPolicy::Ask {
             let draft = describe_sampling(&json!({"messages": [answer.clone()]}));
             let question = format!(
-                "draft answer for \"{server}\":\n{}\nsend it? [y]es / [n]o: ",
+                "draft answer for \"{server}\":\n{}\nsend it? [y]es / [n]o, then Enter: ",
                 indent(&draft)
             );
             if !yes(ask(question).await) {
@@ -163,13 +178,13 @@ impl TerminalHost {
         match request {
             ElicitationRequest::Url { message, url, .. } => {
                 let question = format!(
-                    "\nserver \"{server}\" asks you to visit a URL: {message}\n  {url}\n(Tether does not open it.) done there? [y]es / [n]o (decline) / [c]ancel: "
+                    "\nserver \"{server}\" asks you to visit a URL: {message}\n  {url}\n(Tether does not open it.) done there? [y]es / [n]o (decline) / [c]ancel, then Enter: "
                 );
                 choice(ask(question).await, ElicitationAnswer::Accept(Map::new()))
             }
             ElicitationRequest::Form { message, schema } => {
                 let question = format!(
-                    "\nserver \"{server}\" asks: {message}\nanswer? [y]es / [n]o (decline) / [c]ancel: "
+                    "\nserver \"{server}\" asks: {message}\nanswer? [y]es / [n]o (decline) / [c]ancel, then Enter: "
                 );
                 match choice(ask(question).await, ElicitationAnswer::Accept(Map::new())) {
                     ElicitationAnswer::Accept(_) => match fill_form(&schema).await {

@@ -446,7 +446,7 @@ impl Approver for TerminalApprover {
                 ""
             };
             let prompt = format!(
-                "\nallow {name}{warning} {arguments}? [y]es / [n]o / [a]lways for this tool / always for [s]erver \"{server}\" / [r]emember in the config: "
+                "\nallow {name}{warning} {arguments}? [y]es / [n]o / [a]lways for this tool / always for [s]erver \"{server}\" / [r]emember in the config, then Enter: "
             );
             let answer = ask(prompt).await.unwrap_or_default().to_lowercase();
             match answer.as_str() {
@@ -562,7 +562,18 @@ pub(crate) fn spawn_styled_renderer(
             rx.recv().await
         };
         while let Some(event) = next {
-            view.show(event);
+            if !json
+                && matches!(
+                    event,
+                    AgentEvent::Notice { .. } | AgentEvent::ServerRestarted { .. }
+                )
+            {
+                // Held while a question (an approval, a form) waits for its answer.
+                let _terminal = crate::host::TERMINAL.lock().await;
+                view.show(event);
+            } else {
+                view.show(event);
+            }
             next = rx.recv().await;
         }
         view.flush_markdown();

@@ -93,7 +93,7 @@ fn run_remembers_an_approval_in_the_config_it_was_given() {
         model.base_url()
     );
     let terminal = start(&dir, &command);
-    terminal.wait_for("[r]emember in the config:");
+    terminal.wait_for("[r]emember in the config, then Enter:");
     terminal.type_text("r");
     terminal.press(&["Enter"]);
     terminal.wait_for("Updates are on.");
@@ -140,7 +140,7 @@ fn a_conversation_with_approval_commands_history_and_ctrl_c() {
     // A tool that is not read-only asks; "r" allows it and remembers that in the config.
     terminal.type_text("run it");
     terminal.press(&["Enter"]);
-    terminal.wait_for("always for [s]erver \"everything\" / [r]emember in the config:");
+    terminal.wait_for("always for [s]erver \"everything\" / [r]emember in the config, then Enter:");
     terminal.type_text("r");
     terminal.press(&["Enter"]);
     let screen = terminal.wait_for("Updates are on.");
@@ -804,6 +804,85 @@ fn prompts_roots_and_context_in_a_terminal() {
     terminal.press(&["Enter"]);
     terminal.wait_for("shortened 1 older tool results");
     terminal.wait_for("Still here.");
+    terminal.wait_for_idle_prompt("you> ");
+    terminal.press(&["C-d"]);
+    terminal.wait_for("[exit 0]");
+}
+
+#[test]
+fn server_logs_never_print_over_the_prompt_or_a_question() {
+    let _one_at_a_time = one_at_a_time();
+    let dir = workdir("terminal-chatty");
+    let ticks = dir.join("ticks");
+    let config = dir.join("tether.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"mcpServers": {"chatty": {
+            "command": "python3",
+            "args": [test_support::fixture("misbehaving_server.py"), "working"],
+            "env": {"LOG_EVERY": "0.2", "TICK_LOG": &ticks},
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "chatty__boom", "{}"),
+            Reply::text("Done."),
+        ],
+    );
+    let command = format!(
+        "cd {} && {} --config {} chat --model openai:scripted --base-url {}",
+        dir.display(),
+        env!("CARGO_BIN_EXE_tether"),
+        config.display(),
+        model.base_url()
+    );
+    let terminal = start(&dir, &command);
+    // At the idle prompt, logs print above it and the prompt is drawn again below them.
+    terminal.wait_for("tick 3");
+    let screen = terminal.wait_for_idle_prompt("you> ");
+    assert!(
+        !screen
+            .lines()
+            .any(|l| l.starts_with("you> ") && l.contains("tick")),
+        "a log line landed on the prompt:\n{screen}"
+    );
+    // While a question waits for its answer, logs wait too: the server sends two more ticks
+    // (it says so in a file) and the question is still the last line.
+    terminal.type_text("boom please");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("then Enter: ");
+    let sent = || {
+        std::fs::read_to_string(&ticks)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let asked_at = sent();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sent() < asked_at + 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server stopped ticking"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let screen = terminal.screen();
+    let last = screen
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    assert!(
+        last.trim_end().ends_with("then Enter:"),
+        "the question is interrupted:\n{screen}"
+    );
+    terminal.type_text("y");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("Done.");
+    terminal.wait_for(&format!("tick {}", asked_at + 2));
     terminal.wait_for_idle_prompt("you> ");
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
