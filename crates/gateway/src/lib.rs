@@ -6,6 +6,8 @@
 //! (progress, logs, list changes) reaches the client, and what servers ask of their client
 //! (sampling, elicitation) is relayed to the client whose call caused it.
 
+mod traces;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -260,6 +262,11 @@ impl Gateway {
         let _registered = InFlightGuard::register(&self.in_flight, server, id, caller.clone());
         let (progress, relayed) = caller.progress().unzip();
         let call = connection.call_tool(tool, Some(arguments), progress);
+        let call = traces::upstream("tools/call", server, tool, call, |result| match result {
+            Ok(result) if result.is_error => Some("the tool returned an error".into()),
+            Ok(_) => None,
+            Err(error) => Some(error.to_string()),
+        });
         let (outcome, counted) = tokio::select! {
             result = call => match result {
                 Ok(result) => (Ok(result), CallOutcome::Ok),
@@ -649,6 +656,105 @@ impl GatewaySession {
     }
 }
 
+/// The request handlers themselves; the [`McpService`] methods wrap each in its span.
+impl GatewaySession {
+    /// `resources/read`, routed to the server that listed the URI.
+    async fn read_resource_untraced(&self, uri: &str) -> Result<Vec<ResourceContents>, ServeError> {
+        let owner = self
+            .gateway
+            .resource_owner(uri)
+            .await
+            .ok_or_else(|| ServeError::NotFound {
+                what: "resource",
+                name: uri.to_string(),
+            })?;
+        let read = self.gateway.connection(&owner)?.read_resource(uri);
+        traces::upstream("resources/read", &owner, uri, read, |r| {
+            r.as_ref().err().map(ToString::to_string)
+        })
+        .await
+        .map_err(|e| match e {
+            McpError::Rpc { .. } | McpError::UnknownItem { .. } => {
+                ServeError::InvalidParams(e.to_string())
+            }
+            other => ServeError::Internal(other.to_string()),
+        })
+    }
+
+    /// `prompts/list` of every server, under the gateway's names.
+    async fn list_prompts_untraced(&self) -> Result<Vec<Prompt>, ServeError> {
+        let gateway = &self.gateway;
+        Ok(gateway
+            .prompts()
+            .await
+            .into_iter()
+            .map(|(server, prompt)| Prompt {
+                name: gateway.exposed(&server, &prompt.name),
+                ..prompt
+            })
+            .collect())
+    }
+
+    /// `prompts/get`, routed to the prompt's server.
+    async fn get_prompt_untraced(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+    ) -> Result<PromptResult, ServeError> {
+        let (server, prompt) = self.gateway.find_prompt(name).await?;
+        let get = self
+            .gateway
+            .connection(&server)?
+            .get_prompt(&prompt, arguments);
+        traces::upstream("prompts/get", &server, &prompt, get, |r| {
+            r.as_ref().err().map(ToString::to_string)
+        })
+        .await
+        .map_err(|e| ServeError::InvalidParams(e.to_string()))
+    }
+
+    /// `tools/call` itself, inside the request's span.
+    async fn call_tool_untraced(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        caller: &Caller,
+    ) -> Result<ToolResult, ServeError> {
+        let snapshot = self.snapshot_for(caller);
+        match self.resolve(&snapshot, name, Value::Object(arguments)) {
+            Resolved::Unknown => Err(ServeError::NotFound {
+                what: "tool",
+                name: name.to_string(),
+            }),
+            Resolved::Refused(text) => Ok(error_result(text)),
+            Resolved::Answered { text, loaded } => {
+                if !loaded.is_empty() {
+                    caller.tools_changed().await;
+                }
+                Ok(text_result(text))
+            }
+            Resolved::Tool { tool, arguments } => {
+                if let Err(reason) = self.approve(&tool.qualified_name, &arguments, caller).await {
+                    self.gateway.options.metrics.tool_call(
+                        &tool.server,
+                        &tool.tool.name,
+                        CallOutcome::Refused,
+                        0.0,
+                    );
+                    return Ok(error_result(reason));
+                }
+                let arguments = match arguments {
+                    Value::Object(map) => map,
+                    _ => Map::new(),
+                };
+                self.gateway
+                    .call_upstream(&tool.server, &tool.tool.name, arguments, caller)
+                    .await
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl McpService for GatewaySession {
     fn info(&self) -> ServiceInfo {
@@ -718,42 +824,19 @@ impl McpService for GatewaySession {
         arguments: Map<String, Value>,
         caller: &Caller,
     ) -> Result<ToolResult, ServeError> {
-        let snapshot = self.snapshot_for(caller);
-        match self.resolve(&snapshot, name, Value::Object(arguments)) {
-            Resolved::Unknown => Err(ServeError::NotFound {
-                what: "tool",
-                name: name.to_string(),
-            }),
-            Resolved::Refused(text) => Ok(error_result(text)),
-            Resolved::Answered { text, loaded } => {
-                if !loaded.is_empty() {
-                    caller.tools_changed().await;
-                }
-                Ok(text_result(text))
-            }
-            Resolved::Tool { tool, arguments } => {
-                if let Err(reason) = self.approve(&tool.qualified_name, &arguments, caller).await {
-                    self.gateway.options.metrics.tool_call(
-                        &tool.server,
-                        &tool.tool.name,
-                        CallOutcome::Refused,
-                        0.0,
-                    );
-                    return Ok(error_result(reason));
-                }
-                let arguments = match arguments {
-                    Value::Object(map) => map,
-                    _ => Map::new(),
-                };
-                self.gateway
-                    .call_upstream(&tool.server, &tool.tool.name, arguments, caller)
-                    .await
-            }
-        }
+        traces::client_request(
+            "tools/call",
+            Some(name),
+            self.call_tool_untraced(name, arguments, caller),
+        )
+        .await
     }
 
     async fn list_resources(&self) -> Result<Vec<Resource>, ServeError> {
-        Ok(self.gateway.list_resources().await)
+        traces::client_request("resources/list", None, async {
+            Ok::<_, ServeError>(self.gateway.list_resources().await)
+        })
+        .await
     }
 
     async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ServeError> {
@@ -761,37 +844,16 @@ impl McpService for GatewaySession {
     }
 
     async fn read_resource(&self, uri: &str) -> Result<Vec<ResourceContents>, ServeError> {
-        let owner = self
-            .gateway
-            .resource_owner(uri)
-            .await
-            .ok_or_else(|| ServeError::NotFound {
-                what: "resource",
-                name: uri.to_string(),
-            })?;
-        self.gateway
-            .connection(&owner)?
-            .read_resource(uri)
-            .await
-            .map_err(|e| match e {
-                McpError::Rpc { .. } | McpError::UnknownItem { .. } => {
-                    ServeError::InvalidParams(e.to_string())
-                }
-                other => ServeError::Internal(other.to_string()),
-            })
+        traces::client_request(
+            "resources/read",
+            Some(uri),
+            self.read_resource_untraced(uri),
+        )
+        .await
     }
 
     async fn list_prompts(&self) -> Result<Vec<Prompt>, ServeError> {
-        let gateway = &self.gateway;
-        Ok(gateway
-            .prompts()
-            .await
-            .into_iter()
-            .map(|(server, prompt)| Prompt {
-                name: gateway.exposed(&server, &prompt.name),
-                ..prompt
-            })
-            .collect())
+        traces::client_request("prompts/list", None, self.list_prompts_untraced()).await
     }
 
     async fn get_prompt(
@@ -799,12 +861,12 @@ impl McpService for GatewaySession {
         name: &str,
         arguments: Map<String, Value>,
     ) -> Result<PromptResult, ServeError> {
-        let (server, prompt) = self.gateway.find_prompt(name).await?;
-        self.gateway
-            .connection(&server)?
-            .get_prompt(&prompt, arguments)
-            .await
-            .map_err(|e| ServeError::InvalidParams(e.to_string()))
+        traces::client_request(
+            "prompts/get",
+            Some(name),
+            self.get_prompt_untraced(name, arguments),
+        )
+        .await
     }
 
     async fn complete(

@@ -1181,8 +1181,9 @@ fn auth_challenge(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     None
 }
 
-/// rustls needs one process-wide crypto provider; the first HTTP connection installs ring.
-pub(crate) fn install_tls_provider() {
+/// rustls needs one process-wide crypto provider; the first HTTP connection installs ring
+/// (public for the binary's other HTTPS clients, such as the OTLP exporter).
+pub fn install_tls_provider() {
     // Fails only when a provider is already installed, which is what we want anyway.
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

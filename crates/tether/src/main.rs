@@ -13,6 +13,7 @@ mod render;
 mod run;
 mod serve;
 mod session;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

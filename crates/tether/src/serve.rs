@@ -107,6 +107,7 @@ pub async fn serve(
         pins: crate::session::pins_path(),
         metrics,
     };
+    let traces = crate::telemetry::install();
     let (gateway, failures) = Gateway::start(servers, options)
         .await
         .map_err(|e| Failure::usage(e.to_string()))?;
@@ -133,6 +134,10 @@ pub async fn serve(
         }
     };
     gateway.shutdown().await;
+    if let Some(provider) = traces {
+        // Sends what is still batched; the SDK waits on its own thread, so not on ours.
+        let _ = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+    }
     outcome
 }
 

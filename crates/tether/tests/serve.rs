@@ -617,3 +617,114 @@ fn the_gateway_blocks_a_tool_that_changed_since_it_was_pinned_until_accepted() {
     let after = tether_here(&call);
     assert_eq!(after.status.code(), Some(0), "{after:?}");
 }
+
+/// An OTLP/HTTP collector on loopback: keeps the JSON body of every POST to /v1/traces.
+fn otlp_collector() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let bodies = received.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let (mut line, mut length, mut path) = (String::new(), 0usize, String::new());
+            while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                if path.is_empty() {
+                    path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                }
+                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+                line.clear();
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            if path == "/v1/traces"
+                && let Ok(value) = serde_json::from_slice::<Value>(&body)
+            {
+                bodies.lock().unwrap().push(value);
+            }
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+            );
+        }
+    });
+    (address, received)
+}
+
+#[test]
+fn traces_go_to_the_otlp_endpoint_a_span_per_request_with_a_child_per_upstream_call() {
+    let (endpoint, received) = otlp_collector();
+    let gateway = HttpGateway::start(
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ],
+    );
+    let dir = scratch_dir("serve", "otlp");
+    let output = Command::new(tether())
+        .current_dir(&dir)
+        .args(["--url", &format!("gw={}", gateway.url)])
+        .args(["call", "gw", "everything__get-sum", "a=2", "b=3"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Spans arrive in batches; wait for the pair, not for a time.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let (request, upstream) = loop {
+        let spans: Vec<Value> = received
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|batch| {
+                batch["resourceSpans"][0]["scopeSpans"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .flat_map(|scope| scope["spans"].as_array().cloned().unwrap_or_default())
+            .collect();
+        let find = |name: &str| spans.iter().find(|s| s["name"] == name).cloned();
+        if let (Some(request), Some(upstream)) = (
+            find("tools/call everything__get-sum"),
+            find("tools/call get-sum"),
+        ) {
+            break (request, upstream);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no request/upstream span pair; got {:?}",
+            spans.iter().map(|s| s["name"].clone()).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(request["kind"], 2, "server span: {request}");
+    assert_eq!(upstream["kind"], 3, "client span: {upstream}");
+    assert_eq!(upstream["traceId"], request["traceId"]);
+    assert_eq!(upstream["parentSpanId"], request["spanId"], "{upstream}");
+    let attribute = |span: &Value, key: &str| {
+        span["attributes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["key"] == key)
+            .map(|a| a["value"]["stringValue"].clone())
+    };
+    assert_eq!(
+        attribute(&upstream, "server.name"),
+        Some(json!("everything"))
+    );
+    assert_eq!(
+        attribute(&request, "mcp.method.name"),
+        Some(json!("tools/call"))
+    );
+    let service = &received.lock().unwrap()[0]["resourceSpans"][0]["resource"]["attributes"];
+    assert!(service.to_string().contains("\"tether\""), "{service}");
+}
