@@ -219,7 +219,13 @@ impl Provider for LocalProvider {
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<EventStream, LlmError>> {
         Box::pin(async move {
-            let last_is_user = matches!(request.messages.last(), Some(Message::User { .. }));
+            let last_user = match request.messages.last() {
+                Some(Message::User { content }) => Some(content.as_str()),
+                _ => None,
+            };
+            // A small model is made to call a tool after each user message, unless the
+            // message has nothing to do with any tool ("hello", "thanks"): then it answers.
+            let last_is_user = last_user.is_some_and(|text| mentions_a_tool(text, &request.tools));
             let small = self.engine.model.n_params() < 1_000_000_000;
             let has_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
             let mode = if !has_tools {
@@ -262,17 +268,18 @@ impl Provider for LocalProvider {
             let (tx, rx) = futures::channel::mpsc::unbounded();
             let engine = self.engine.clone();
             let name = self.name.clone();
+            let fallback = (mode == CallMode::Answer)
+                .then(|| last_result_sentence(&request.messages))
+                .flatten();
             tokio::task::spawn_blocking(move || {
                 let failure = tx.clone();
-                if let Err(error) = generate(
-                    &engine,
-                    &name,
-                    &prompt,
-                    grammar.as_deref(),
+                let plan = Plan {
+                    grammar: grammar.as_deref(),
                     mode,
                     max_tokens,
-                    &tx,
-                ) {
+                    fallback: fallback.as_deref(),
+                };
+                if let Err(error) = generate(&engine, &name, &prompt, &plan, &tx) {
                     let _ = failure.unbounded_send(Err(error));
                 }
             });
@@ -283,15 +290,29 @@ impl Provider for LocalProvider {
 
 type Sender = futures::channel::mpsc::UnboundedSender<Result<StreamEvent, LlmError>>;
 
+/// How one request is decoded.
+struct Plan<'a> {
+    /// The GBNF grammar of a call, when one is required or allowed.
+    grammar: Option<&'a str>,
+    mode: CallMode,
+    max_tokens: u32,
+    /// What to answer instead when an answer turns out to be another call.
+    fallback: Option<&'a str>,
+}
+
 fn generate(
     engine: &Engine,
     name: &str,
     prompt: &str,
-    grammar: Option<&str>,
-    mode: CallMode,
-    max_tokens: u32,
+    plan: &Plan<'_>,
     tx: &Sender,
 ) -> Result<(), LlmError> {
+    let Plan {
+        grammar,
+        mode,
+        max_tokens,
+        fallback,
+    } = *plan;
     let backend = backend()?;
     let model = &engine.model;
     let vocab = model.vocab();
@@ -365,6 +386,11 @@ fn generate(
     ]);
 
     let mut text = String::new();
+    // An answer is held back until it shows it is not a tool call in disguise: a small model
+    // that has just seen a result sometimes starts another `{"tool": …` call, which must never
+    // reach the user as the answer, cut off or not.
+    let mut held = String::new();
+    let mut holding = mode == CallMode::Answer && fallback.is_some();
     let mut pending_bytes: Vec<u8> = Vec::new();
     let mut position = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
     let mut generated = 0u64;
@@ -394,6 +420,26 @@ fn generate(
             let piece = String::from_utf8_lossy(&pending_bytes[..valid]).into_owned();
             pending_bytes.drain(..valid);
             text.push_str(&piece);
+            let piece = if holding {
+                held.push_str(&piece);
+                let start = held.trim_start();
+                if start.starts_with(['{', '[', '`']) {
+                    // A call again: answer from the result instead.
+                    if let Some(sentence) = fallback {
+                        let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(sentence.to_string())));
+                    }
+                    stop = StopReason::EndTurn;
+                    break;
+                }
+                if start.chars().count() < 2 {
+                    continue_decoding(&mut batch, token, &mut position, &mut context, &fail)?;
+                    continue;
+                }
+                holding = false;
+                std::mem::take(&mut held)
+            } else {
+                piece
+            };
             if mode == CallMode::Answer
                 && tx
                     .unbounded_send(Ok(StreamEvent::TextDelta(piece)))
@@ -415,14 +461,10 @@ fn generate(
             stop = StopReason::ToolCalls;
             break;
         }
-        batch.clear();
-        batch
-            .add(token, position, &[0], true)
-            .map_err(|e| fail(format!("cannot queue a token: {e}")))?;
-        position += 1;
-        context
-            .decode(&mut batch)
-            .map_err(|e| fail(format!("cannot evaluate a token: {e}")))?;
+        continue_decoding(&mut batch, token, &mut position, &mut context, &fail)?;
+    }
+    if holding && !held.is_empty() {
+        let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(held)));
     }
     let _ = tx.unbounded_send(Ok(StreamEvent::Usage(Usage {
         input_tokens: tokens.len() as u64,
@@ -483,6 +525,92 @@ fn grammar_token(
 }
 
 /// The first `{"tool": …, "arguments": …}` object in `text`.
+/// Feeds the chosen token back and evaluates it, for the next step.
+fn continue_decoding(
+    batch: &mut LlamaBatch,
+    token: llama_cpp_2::token::LlamaToken,
+    position: &mut i32,
+    context: &mut llama_cpp_2::context::LlamaContext<'_>,
+    fail: &dyn Fn(String) -> LlmError,
+) -> Result<(), LlmError> {
+    batch.clear();
+    batch
+        .add(token, *position, &[0], true)
+        .map_err(|e| fail(format!("cannot queue a token: {e}")))?;
+    *position += 1;
+    context
+        .decode(batch)
+        .map_err(|e| fail(format!("cannot evaluate a token: {e}")))
+}
+
+/// Whether `text` has a word in common with some tool's name, description or parameters
+/// (arithmetic signs count as their words: `10 + 20` mentions "plus"). With none, a small
+/// model is not made to call a tool.
+fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
+    const IGNORED: &[&str] = &[
+        "the", "and", "for", "you", "your", "with", "what", "this", "that", "are", "can", "please",
+        "how", "who", "why", "when", "where", "does", "have", "has", "use", "tool", "tools",
+        "from", "into", "its", "one", "two", "give", "tell", "get", "all", "any", "not", "but",
+        "was", "will", "would", "could", "should", "about", "there", "here", "them", "they",
+        "then",
+    ];
+    let words = |text: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        for chunk in text.split(|c: char| !c.is_alphanumeric()) {
+            // camelCase and snake_case names count by their parts too.
+            let mut word = String::new();
+            for c in chunk.chars() {
+                if c.is_uppercase() && !word.is_empty() {
+                    out.push(std::mem::take(&mut word));
+                }
+                word.extend(c.to_lowercase());
+            }
+            out.push(word);
+        }
+        out.retain(|w| w.len() >= 3 && !IGNORED.contains(&w.as_str()));
+        out
+    };
+    let mut asked = words(text);
+    for (sign, word) in [
+        ('+', "plus"),
+        ('*', "times"),
+        ('×', "times"),
+        ('/', "divided"),
+        ('=', "equals"),
+    ] {
+        if text.contains(sign) {
+            asked.push(word.to_string());
+        }
+    }
+    if text.contains(" - ") || text.contains(" minus ") {
+        asked.push("minus".to_string());
+    }
+    let stem = |w: &str| w.trim_end_matches('s').chars().take(6).collect::<String>();
+    let asked: Vec<String> = asked.iter().map(|w| stem(w)).collect();
+    tools.iter().any(|tool| {
+        let known = format!(
+            "{} {} {}",
+            tool.name.replace("__", " "),
+            tool.description,
+            tool.parameters
+        );
+        words(&known).iter().any(|w| asked.contains(&stem(w)))
+    })
+}
+
+/// "The add tool returned: 30." for the last tool result, answering when the model will not.
+fn last_result_sentence(messages: &[Message]) -> Option<String> {
+    let Some(Message::Tool { name, content, .. }) = messages.last() else {
+        return None;
+    };
+    let short = name.split("__").last().unwrap_or(name);
+    let mut content = content.trim().to_string();
+    if content.chars().count() > 300 {
+        content = content.chars().take(300).collect::<String>() + "…";
+    }
+    Some(format!("The {short} tool returned: {content}"))
+}
+
 fn find_call(text: &str) -> Option<(String, String)> {
     let start = text.find('{')?;
     let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
@@ -511,5 +639,46 @@ mod tests {
         );
         assert_eq!(find_call("no call here"), None);
         assert!(default_threads() >= 1);
+    }
+
+    #[test]
+    fn a_call_is_forced_only_for_a_message_about_some_tool() {
+        let tool = |name: &str, description: &str| ToolDefinition {
+            name: name.into(),
+            description: description.into(),
+            parameters: serde_json::json!({"type": "object", "properties": {"a": {"type": "number"}}}),
+        };
+        let tools = vec![
+            tool("builtin__add", "Add two numbers: a plus b."),
+            tool("builtin__read_file", "Show what is in a file."),
+            tool("builtin__current_time", "The current date and time."),
+        ];
+        for asked in [
+            "What is 10 + 20?",
+            "Use the add tool on 2 and 3",
+            "read notes.txt",
+            "what time is it",
+        ] {
+            assert!(mentions_a_tool(asked, &tools), "{asked}");
+        }
+        for chat in ["hello", "Thanks!", "hi there, how are you?"] {
+            assert!(!mentions_a_tool(chat, &tools), "{chat}");
+        }
+    }
+
+    #[test]
+    fn the_fallback_answer_reports_the_last_result() {
+        let messages = vec![Message::Tool {
+            tool_call_id: "c1".into(),
+            name: "builtin__add".into(),
+            content: "30".into(),
+            images: Vec::new(),
+            is_error: false,
+        }];
+        assert_eq!(
+            last_result_sentence(&messages).as_deref(),
+            Some("The add tool returned: 30")
+        );
+        assert_eq!(last_result_sentence(&[]), None);
     }
 }

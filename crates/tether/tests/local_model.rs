@@ -192,3 +192,22 @@ fn embedded_model_calls_through_mcp_query_among_1853() {
         "{finished}"
     );
 }
+
+#[test]
+fn embedded_model_answers_a_greeting_without_calling_a_tool() {
+    // Nothing in "hello" is about any tool, so the small model is not made to call one.
+    let dir = empty_dir("hello");
+    let (code, events, stderr) = run_json(&dir, "hello", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !events.iter().any(|e| e["type"] == "tool_call_started"),
+        "{events:#?}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "final");
+    let text = last["text"].as_str().unwrap();
+    assert!(
+        !text.trim().is_empty() && !text.trim_start().starts_with('{'),
+        "{text}"
+    );
+}
