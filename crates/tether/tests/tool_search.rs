@@ -641,15 +641,17 @@ fn chat_marks_the_tools_a_turn_loaded() {
         stderr.contains("+ search \"binomial probability\" loaded bfcl__"),
         "the turn says what it loaded: {stderr}"
     );
-    let marked: Vec<&str> = stderr
+    // `/tools` is output: on stdout over a pipe.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let marked: Vec<&str> = stdout
         .lines()
         .filter(|l| l.starts_with(" *bfcl__"))
         .collect();
-    assert_eq!(marked.len(), 2, "the two loaded tools are marked: {stderr}");
+    assert_eq!(marked.len(), 2, "the two loaded tools are marked: {stdout}");
     assert!(
-        stderr
+        stdout
             .lines()
             .any(|l| l.starts_with("  bfcl__") && l.contains("binomial")),
-        "tools not loaded are listed unmarked: {stderr}"
+        "tools not loaded are listed unmarked: {stdout}"
     );
 }
