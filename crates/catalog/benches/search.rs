@@ -5,6 +5,12 @@
 //! tokens of tool definitions per request in each mode, and the time to build the index and
 //! to rank every tool for one query (median and spread of interleaved rounds).
 //!
+//! Then questions phrased the way people write them ("what's in my notes.txt?", "forget
+//! everything about Bob") against the 55 tools of the pinned reference servers
+//! (`benches/fixtures/user_phrasing.json`: everything, filesystem, memory, time, sqlite and the
+//! built-in server, as `tether tools --json` listed them), alone and hidden among the BFCL tools.
+//! A question counts as found when any of the tools that do what it asks is in the top k.
+//!
 //! `cargo bench -p tether-catalog --bench search`
 
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
@@ -94,6 +100,69 @@ fn score(snapshot: &Snapshot, questions: &[&Question]) -> Scores {
     scores
 }
 
+/// The reference servers' tools by server, and the user-phrased questions with the qualified
+/// names of the tools that would answer each.
+fn user_phrasing() -> (Vec<ServerTools>, Vec<(String, Vec<String>)>) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("benches/fixtures/user_phrasing.json");
+    let data: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut servers: Vec<ServerTools> = Vec::new();
+    for tool in data["tools"].as_array().unwrap() {
+        let server = tool["server"].as_str().unwrap().to_string();
+        let parsed: Tool = serde_json::from_value(tool.clone()).unwrap();
+        match servers.iter_mut().find(|s| s.server == server) {
+            Some(entry) => entry.tools.push(parsed),
+            None => servers.push(ServerTools {
+                server,
+                tools: vec![parsed],
+                always_load: false,
+            }),
+        }
+    }
+    let questions = data["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            let any_of = q["any_of"].as_array().unwrap();
+            (
+                q["question"].as_str().unwrap().to_string(),
+                any_of
+                    .iter()
+                    .map(|n| n.as_str().unwrap().to_string())
+                    .collect(),
+            )
+        })
+        .collect();
+    (servers, questions)
+}
+
+/// (found at 1, found in the top 5, misses at 5) for user-phrased questions.
+fn score_any(
+    snapshot: &Snapshot,
+    questions: &[(String, Vec<String>)],
+) -> (usize, usize, Vec<String>) {
+    let (mut at1, mut at5, mut misses) = (0, 0, Vec::new());
+    for (question, any_of) in questions {
+        let ranked: Vec<&str> = snapshot
+            .search(question, 5)
+            .iter()
+            .map(|h| snapshot.tools()[h.index].qualified_name.as_str())
+            .collect();
+        at1 += usize::from(
+            ranked
+                .first()
+                .is_some_and(|r| any_of.iter().any(|a| a == r)),
+        );
+        if ranked.iter().any(|r| any_of.iter().any(|a| a == r)) {
+            at5 += 1;
+        } else {
+            misses.push(format!("{question} → {ranked:?}"));
+        }
+    }
+    (at1, at5, misses)
+}
+
 fn median_spread(mut samples: Vec<Duration>) -> (f64, f64, f64) {
     samples.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
@@ -140,6 +209,54 @@ fn main() {
             f(s.at5, s.n),
             s.reciprocal / s.n as f64
         );
+    }
+
+    let (reference, phrased) = user_phrasing();
+    let mut mixed = reference.clone();
+    mixed.push(ServerTools {
+        server: "bfcl".into(),
+        tools: tools.clone(),
+        always_load: false,
+    });
+    println!(
+        "\nquestions phrased as users write them ({}), any fitting tool counts:",
+        phrased.len()
+    );
+    println!(
+        "{:<34} | {:>9} {:>9} | {:>9} {:>9}",
+        "catalogue", "plain r@1", "r@5", "ours r@1", "r@5"
+    );
+    let n = phrased.len() as f64;
+    for (label, servers) in [
+        (
+            format!(
+                "reference servers ({} tools)",
+                reference.iter().map(|s| s.tools.len()).sum::<usize>()
+            ),
+            &reference,
+        ),
+        (
+            format!(
+                "among BFCL ({} tools)",
+                mixed.iter().map(|s| s.tools.len()).sum::<usize>()
+            ),
+            &mixed,
+        ),
+    ] {
+        let plain = Snapshot::with_ranking(servers.clone(), Ranking::plain());
+        let ours = Snapshot::with_ranking(servers.clone(), Ranking::from_env());
+        let (p1, p5, _) = score_any(&plain, &phrased);
+        let (o1, o5, misses) = score_any(&ours, &phrased);
+        println!(
+            "{label:<34} | {:>9.3} {:>9.3} | {:>9.3} {:>9.3}",
+            p1 as f64 / n,
+            p5 as f64 / n,
+            o1 as f64 / n,
+            o5 as f64 / n
+        );
+        if std::env::var_os("TETHER_BENCH_MISSES").is_some() {
+            misses.iter().for_each(|m| println!("  missed: {m}"));
+        }
     }
 
     println!(
