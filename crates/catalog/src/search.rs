@@ -259,16 +259,33 @@ impl SearchIndex {
         let mut analyser = Analyser::new(self.ranking.analyse);
         let mut scores: HashMap<u32, f64> = HashMap::new();
         let n = self.lengths.len() as f64;
-        let mut terms: Vec<u32> = Vec::new();
+        let mut terms: Vec<(u32, f64)> = Vec::new();
+        let mut everyday: Vec<&str> = Vec::new();
         analyser.each_term(query, |term| {
             // A repeated query word adds nothing: questions repeat themselves.
             if let Some(&id) = self.vocabulary.get(term)
-                && !terms.contains(&id)
+                && !terms.iter().any(|(t, _)| *t == id)
             {
-                terms.push(id);
+                terms.push((id, 1.0));
+            }
+            if self.ranking.analyse
+                && let Some((_, meant)) = EVERYDAY_WORDS.iter().find(|(word, _)| *word == term)
+            {
+                everyday.extend(meant.iter().copied());
             }
         });
-        for id in terms {
+        // Words people use for what tools name otherwise ("folder" for directory) count at
+        // half weight, so a tool that uses the person's own word still ranks first.
+        for meant in everyday {
+            analyser.each_term(meant, |term| {
+                if let Some(&id) = self.vocabulary.get(term)
+                    && !terms.iter().any(|(t, _)| *t == id)
+                {
+                    terms.push((id, EVERYDAY_WEIGHT));
+                }
+            });
+        }
+        for (id, weight) in terms {
             let postings = &self.postings[id as usize];
             let df = postings.len() as f64;
             let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
@@ -276,7 +293,7 @@ impl SearchIndex {
                 let tf = f64::from(tf);
                 let length = f64::from(self.lengths[doc as usize]);
                 let norm = K1 * (1.0 - B + B * length / self.average_length);
-                *scores.entry(doc).or_insert(0.0) += idf * tf * (K1 + 1.0) / (tf + norm);
+                *scores.entry(doc).or_insert(0.0) += weight * idf * tf * (K1 + 1.0) / (tf + norm);
             }
         }
         let mut hits: Vec<Hit> = scores
@@ -385,6 +402,33 @@ fn collect_parameters<'a>(
         }
     }
 }
+
+/// Weight of a word added because an everyday word in the query means it.
+const EVERYDAY_WEIGHT: f64 = 0.5;
+
+/// Everyday words (as stems) and the words tools use for the same thing: people say "folder"
+/// and "forget", tool descriptions say "directory" and "delete". General vocabulary of files,
+/// memory and time, not tuned to any one server.
+const EVERYDAY_WORDS: &[(&str, &[&str])] = &[
+    ("folder", &["directory"]),
+    ("dir", &["directory"]),
+    ("big", &["size"]),
+    ("larg", &["size"]),
+    ("open", &["read"]),
+    ("view", &["read"]),
+    ("look", &["read"]),
+    ("photo", &["image"]),
+    ("pictur", &["image"]),
+    ("screenshot", &["image"]),
+    ("rememb", &["memory", "knowledge"]),
+    ("recal", &["memory", "knowledge"]),
+    ("forget", &["delete", "memory"]),
+    ("eras", &["delete"]),
+    ("renam", &["move"]),
+    ("make", &["create"]),
+    ("today", &["current", "date"]),
+    ("now", &["current"]),
+];
 
 /// Words that say nothing about which tool is meant.
 const STOP_WORDS: &[&str] = &[
@@ -544,6 +588,25 @@ mod tests {
         assert_eq!(names, ["add", "read_file"]);
         let (_, missing) = index.select("nope,add");
         assert_eq!(missing, ["nope"]);
+    }
+
+    #[test]
+    fn everyday_words_find_the_tools_that_name_things_otherwise() {
+        let tools = vec![
+            tool("fs", "create_directory", "Create a new directory."),
+            tool("fs", "move_file", "Move or rename a file."),
+            tool("fs", "write_file", "Write a new file."),
+            tool("notes", "delete_entities", "Delete entities from memory."),
+        ];
+        let index = SearchIndex::build(&tools, Ranking::default());
+        let first = |q: &str| tools[index.search(q, 1)[0].index].tool.name.clone();
+        assert_eq!(
+            first("make a new folder called archive"),
+            "create_directory"
+        );
+        assert_eq!(first("forget about Bob"), "delete_entities");
+        // The person's own word still wins where a tool uses it.
+        assert_eq!(first("rename a.txt"), "move_file");
     }
 
     #[test]
