@@ -199,9 +199,20 @@ impl Policy {
     }
 }
 
-type Origin = (String, String, Option<u16>);
+/// The addresses `host` resolves to, within the request timeout.
+async fn lookup(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, tokio::net::lookup_host((host, port))).await {
+        Ok(Ok(addresses)) => Ok(addresses.collect()),
+        Ok(Err(error)) => Err(format!("cannot resolve {host}: {error}")),
+        Err(_) => Err(format!("resolving {host} timed out")),
+    }
+}
 
-fn origin(url: &Url) -> Origin {
+/// A URL's scheme, lower-cased host and port (the default one when none is written).
+pub(crate) type Origin = (String, String, Option<u16>);
+
+/// The origin of `url`, for same-origin checks.
+pub(crate) fn origin(url: &Url) -> Origin {
     (
         url.scheme().to_string(),
         url.host_str().unwrap_or_default().to_ascii_lowercase(),
@@ -226,11 +237,7 @@ impl Resolve for GuardedResolver {
         let policy = self.0.clone();
         Box::pin(async move {
             let host = name.as_str().trim_end_matches('.').to_ascii_lowercase();
-            let resolved: Vec<SocketAddr> =
-                tokio::time::timeout(REQUEST_TIMEOUT, tokio::net::lookup_host((host.as_str(), 0)))
-                    .await
-                    .map_err(|_| format!("resolving {host} timed out"))??
-                    .collect();
+            let resolved = lookup(&host, 0).await?;
             if policy.proxies.contains(&host) {
                 return Ok(Box::new(resolved.into_iter()) as Addrs);
             }
@@ -274,10 +281,8 @@ impl GuardedOAuthClient {
                 server_classes.push(AddressClass::Loopback);
             }
             let port = server_url.port_or_known_default().unwrap_or(443);
-            if let Ok(Ok(addresses)) =
-                tokio::time::timeout(REQUEST_TIMEOUT, tokio::net::lookup_host((host, port))).await
-            {
-                server_classes.extend(addresses.map(|a| AddressClass::of(a.ip())));
+            if let Ok(addresses) = lookup(host, port).await {
+                server_classes.extend(addresses.iter().map(|a| AddressClass::of(a.ip())));
             }
         }
         server_classes.dedup();
@@ -439,15 +444,16 @@ impl GuardHandle {
             return false;
         };
         let port = url.port_or_known_default().unwrap_or(443);
-        match tokio::time::timeout(REQUEST_TIMEOUT, tokio::net::lookup_host((host, port))).await {
+        match lookup(host, port).await {
             // Every address is checked (not `any`), so each refusal is recorded.
-            Ok(Ok(addresses)) => {
+            Ok(addresses) => {
                 addresses
+                    .iter()
                     .filter(|a| self.policy.check_address(host, a.ip()).is_ok())
                     .count()
                     > 0
             }
-            _ => true,
+            Err(_) => true,
         }
     }
 }

@@ -227,13 +227,7 @@ fn endpoint_for(stream: &reqwest::Url, data: &str) -> Result<String, SseError> {
     let endpoint = stream
         .join(data.trim())
         .map_err(|e| SseError::Stream(format!("bad endpoint event: {e}")))?;
-    let origin = |u: &reqwest::Url| {
-        (
-            u.scheme().to_string(),
-            u.host_str().map(str::to_ascii_lowercase),
-            u.port_or_known_default(),
-        )
-    };
+    use crate::oauth_guard::origin;
     if origin(&endpoint) != origin(stream) {
         return Err(SseError::Stream(format!(
             "refused endpoint {endpoint}: it is not on the event stream's origin ({}://{}); a legacy SSE server must take messages where it streams them",

@@ -65,6 +65,17 @@ fn wait_until_ready(terminal: &Terminal) {
     terminal.wait_for("Roots updated:");
 }
 
+/// Like [`chat_command`], with the servers of `config` instead of server-everything.
+fn chat_command_with_config(dir: &Path, config: &Path, model: &ScriptedModel) -> String {
+    format!(
+        "cd {} && {} --config {} chat --model openai:scripted --base-url {}",
+        dir.display(),
+        env!("CARGO_BIN_EXE_tether"),
+        config.display(),
+        model.base_url()
+    )
+}
+
 fn start(dir: &Path, command: &str) -> Terminal {
     let env = env(dir);
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -777,13 +788,7 @@ fn prompts_roots_and_context_in_a_terminal() {
             Reply::text("Still here."),
         ],
     );
-    let command = format!(
-        "cd {} && {} --config {} chat --model openai:scripted --base-url {}",
-        dir.display(),
-        env!("CARGO_BIN_EXE_tether"),
-        config.display(),
-        model.base_url()
-    );
+    let command = chat_command_with_config(&dir, &config, &model);
     let terminal = start(&dir, &command);
     terminal.wait_for("you> ");
     terminal.type_text("/prompt everything args-prompt city=Paris");
@@ -832,13 +837,7 @@ fn server_logs_never_print_over_the_prompt_or_a_question() {
             Reply::text("Done."),
         ],
     );
-    let command = format!(
-        "cd {} && {} --config {} chat --model openai:scripted --base-url {}",
-        dir.display(),
-        env!("CARGO_BIN_EXE_tether"),
-        config.display(),
-        model.base_url()
-    );
+    let command = chat_command_with_config(&dir, &config, &model);
     let terminal = start(&dir, &command);
     // At the idle prompt, logs print above it and the prompt is drawn again below them.
     terminal.wait_for("tick 3");

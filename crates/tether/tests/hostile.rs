@@ -315,22 +315,7 @@ fn a_url_the_server_requires_is_shown_with_its_own_exit_code() {
 
     // In a run the model is told the same, so it can pass the link on.
     let config = misbehaving_config(&dir, "needs-url", json!({}));
-    let model = ScriptedModel::start(
-        Wire::OpenAi,
-        vec![
-            Reply::call("c1", "flaky__boom", "{}"),
-            Reply::text("open the link"),
-        ],
-    );
-    let output = scripted_run(
-        &dir,
-        &model,
-        &["--config", config.to_str().unwrap()],
-        &["--approve", "auto"],
-        "connect me",
-    );
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let told = tool_reply(&model.requests()[1], "c1");
+    let told = boom_once(&dir, &config, "connect me");
     assert!(
         told.contains("https://auth.example.com/connect?id=e-1"),
         "{told}"
@@ -479,6 +464,24 @@ fn session_files_are_private() {
 }
 
 /// A config with one misbehaving server in `mode`, its environment set to `env`.
+/// A scripted `run` with `config` whose model calls `flaky__boom` once (`--approve auto`) and
+/// then answers; returns what the model was told the call gave.
+fn boom_once(dir: &Path, config: &Path, question: &str) -> String {
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![Reply::call("c1", "flaky__boom", "{}"), Reply::text("done")],
+    );
+    let output = scripted_run(
+        dir,
+        &model,
+        &["--config", config.to_str().unwrap()],
+        &["--approve", "auto"],
+        question,
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    tool_reply(&model.requests()[1], "c1")
+}
+
 fn misbehaving_config(dir: &Path, mode: &str, env: Value) -> PathBuf {
     let config = dir.join("tether.json");
     std::fs::write(
@@ -742,19 +745,7 @@ fn max_result_chars_in_the_config_relaxes_the_cut() {
         serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
     value["maxResultChars"] = json!(60_000);
     std::fs::write(&config, value.to_string()).unwrap();
-    let model = ScriptedModel::start(
-        Wire::OpenAi,
-        vec![Reply::call("c1", "flaky__boom", "{}"), Reply::text("done")],
-    );
-    let output = scripted_run(
-        &dir,
-        &model,
-        &["--config", config.to_str().unwrap()],
-        &["--approve", "auto"],
-        "get the long list",
-    );
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let whole = tool_reply(&model.requests()[1], "c1");
+    let whole = boom_once(&dir, &config, "get the long list");
     assert_eq!(whole.len(), 55_000, "not cut under a 60,000 limit");
 
     value["maxResultChars"] = json!("lots");
