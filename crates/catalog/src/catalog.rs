@@ -352,12 +352,14 @@ impl ToolCatalog {
         }
     }
 
-    /// Re-lists the servers that announced `tools/list_changed` since their last listing and
-    /// swaps in a new snapshot; returns `None` when nothing changed.
+    /// Re-lists the servers that announced `tools/list_changed` since their last listing, and
+    /// lists those that joined late (`ServerRegistry::take_joined`), and swaps in a new
+    /// snapshot; returns `None` when nothing changed.
     pub async fn refresh(&self, registry: &ServerRegistry) -> Option<Refresh> {
+        let joined = registry.take_joined();
         let changed: Vec<_> = registry
             .connections()
-            .filter(|c| c.tools_changed())
+            .filter(|c| c.tools_changed() || joined.iter().any(|name| name == c.name()))
             .collect();
         if changed.is_empty() {
             return None;

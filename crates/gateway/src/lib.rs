@@ -408,7 +408,7 @@ impl Readiness for Gateway {
 
     fn observe(&self, metrics: &ServeMetrics) {
         for entry in self.registry.entries() {
-            let up = matches!(&entry.state, ServerState::Connected(c) if !c.is_down());
+            let up = matches!(entry.state(), ServerState::Connected(c) if !c.is_down());
             metrics.upstream(entry.name(), up);
         }
     }
@@ -492,6 +492,12 @@ async fn relay_notices(
                     Some(refresh) if !refresh.servers.is_empty() => ServiceChange::Tools,
                     _ => continue,
                 }
+            }
+            // The gateway waits for every server at start; a server that joins later is a
+            // change of tools all the same.
+            ServerNotice::JoinedLate { .. } => {
+                gateway.catalog.refresh(&gateway.registry).await;
+                ServiceChange::Tools
             }
             ServerNotice::Log {
                 level,

@@ -116,6 +116,14 @@ pub enum ServerNotice {
         /// Why the previous session ended.
         reason: String,
     },
+    /// The server finished starting after the host had gone on without it (see
+    /// `ServerRegistry::start_settling`): its tools are offered from the next model request.
+    JoinedLate {
+        /// How long its start took.
+        elapsed: std::time::Duration,
+        /// Why it could not be started, when it could not.
+        error: Option<String>,
+    },
 }
 
 /// One `notifications/progress` for a call in flight.

@@ -162,8 +162,27 @@ impl ServerConnection {
         host: Arc<dyn HostHandler>,
     ) -> Result<ServerConnection, McpError> {
         install_tls_provider();
-        let saved = saved_sign_in(config).await;
-        ServerConnection::connect_authorized(config, host, saved).await
+        if !matches!(config.transport, Transport::Http { .. }) {
+            return ServerConnection::connect_authorized(config, host, None).await;
+        }
+        // One deadline for the whole start: restoring a saved sign-in may mean OAuth
+        // discovery and a token refresh over the network before the handshake begins.
+        let start = async {
+            let saved = saved_sign_in(config).await;
+            ServerConnection::connect_authorized(config, host, saved).await
+        };
+        match tokio::time::timeout(config.startup_timeout, start).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(McpError::Timeout {
+                server: config.name.clone(),
+                operation: "startup".into(),
+                after: config.startup_timeout,
+                hint: Some(
+                    "its sign-in and handshake did not finish in time; raise \"startupTimeout\" if it is just slow"
+                        .into(),
+                ),
+            }),
+        }
     }
 
     /// [`connect`](Self::connect) with an explicit OAuth authorization for HTTP servers

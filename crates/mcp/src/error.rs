@@ -49,6 +49,12 @@ pub enum McpError {
     /// The server is disabled in the config.
     #[error("server \"{0}\" is disabled in the config; remove \"disabled\": true to use it")]
     Disabled(String),
+    /// The server was slower to start than the others and is still starting; it joins when
+    /// ready.
+    #[error(
+        "server \"{0}\" is still starting; its tools are offered once it is ready (see \"startupTimeout\")"
+    )]
+    Starting(String),
     /// The server could not be started or reached, or it went away.
     #[error("server \"{server}\": {detail}")]
     Unreachable {
@@ -136,6 +142,7 @@ impl McpError {
             | McpError::InvalidArguments(_) => ErrorClass::Usage,
             McpError::Unreachable { .. }
             | McpError::Timeout { .. }
+            | McpError::Starting(_)
             | McpError::Auth(_)
             | McpError::SignInRequired { .. } => ErrorClass::Unreachable,
             McpError::Rpc { .. } => ErrorClass::Server,

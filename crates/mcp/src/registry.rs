@@ -1,16 +1,25 @@
 //! The set of servers a run uses: started in parallel, each either connected or failed with
-//! its reason, so one broken server never takes the others down.
+//! its reason, so one broken server never takes the others down. A front end that should not
+//! wait for its slowest server starts them with `start_settling`: it goes on once the others
+//! are ready, and a straggler joins when its start finishes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
-use crate::client::HostHandler;
+use crate::client::{HostHandler, ServerNotice};
 use crate::config::ServerConfig;
 use crate::connection::ServerConnection;
 use crate::error::{McpError, near_matches};
 use crate::router::ToolRouter;
+
+/// How long `start_settling` waits for more servers once one is ready and none has become
+/// ready since: long enough for servers that start together to finish together, short enough
+/// that a slow server costs the first model request well under 100 ms.
+pub const SETTLE_AFTER: Duration = Duration::from_millis(60);
 
 /// Where one configured server stands.
 #[derive(Debug)]
@@ -21,6 +30,17 @@ pub enum ServerState {
     Failed(McpError),
     /// `"disabled": true` in the config.
     Disabled,
+    /// Still starting: the run went on without it and it joins when ready.
+    Starting,
+}
+
+/// What a pending entry reads as; the other states are set once per entry and never change.
+static STARTING: ServerState = ServerState::Starting;
+
+#[derive(Debug)]
+struct Outcome {
+    state: ServerState,
+    elapsed: Duration,
 }
 
 /// One configured server and its state.
@@ -28,10 +48,8 @@ pub enum ServerState {
 pub struct ServerEntry {
     /// Its config.
     pub config: ServerConfig,
-    /// Connected, failed or disabled.
-    pub state: ServerState,
-    /// Wall time its start took (zero when disabled).
-    pub elapsed: Duration,
+    /// Set once, when its start ends; shared with the task that starts it.
+    outcome: Arc<OnceLock<Outcome>>,
 }
 
 impl ServerEntry {
@@ -39,45 +57,106 @@ impl ServerEntry {
     pub fn name(&self) -> &str {
         &self.config.name
     }
+
+    /// Connected, failed, disabled, or still starting.
+    pub fn state(&self) -> &ServerState {
+        self.outcome.get().map_or(&STARTING, |o| &o.state)
+    }
+
+    /// Wall time its start took; zero when disabled or still starting.
+    pub fn elapsed(&self) -> Duration {
+        self.outcome.get().map_or(Duration::ZERO, |o| o.elapsed)
+    }
+}
+
+/// Servers that finished starting after `start_settling` returned, not yet listed.
+#[derive(Debug, Default)]
+struct Late {
+    settled: bool,
+    joined: Vec<String>,
 }
 
 /// All servers of a run.
 #[derive(Debug, Default)]
 pub struct ServerRegistry {
     entries: Vec<ServerEntry>,
+    /// The background starts of servers; aborted on shutdown or drop.
+    starts: Vec<JoinHandle<()>>,
+    late: Arc<Mutex<Late>>,
 }
 
 impl ServerRegistry {
-    /// Starts every enabled server concurrently; each has its own startup timeout. What the
-    /// servers ask of the host goes to `host`.
+    /// Starts every enabled server concurrently and waits for all of them; each has its own
+    /// startup timeout. What the servers ask of the host goes to `host`.
     pub async fn start(
         servers: impl IntoIterator<Item = ServerConfig>,
         host: Arc<dyn HostHandler>,
     ) -> ServerRegistry {
-        let starts = servers.into_iter().map(|config| {
-            let host = host.clone();
-            async move {
-                if config.disabled {
-                    return ServerEntry {
-                        config,
-                        state: ServerState::Disabled,
-                        elapsed: Duration::ZERO,
-                    };
-                }
-                let started = Instant::now();
-                let state = match ServerConnection::connect(&config, host).await {
-                    Ok(connection) => ServerState::Connected(Box::new(connection)),
-                    Err(error) => ServerState::Failed(error),
-                };
-                ServerEntry {
-                    config,
-                    state,
-                    elapsed: started.elapsed(),
-                }
+        ServerRegistry::start_waiting(servers, host, None).await
+    }
+
+    /// Starts every enabled server concurrently and returns once all have finished, or once
+    /// at least one is connected and no other has finished for `SETTLE_AFTER`. A server
+    /// still starting then reads as `ServerState::Starting`; when it finishes, `host` hears
+    /// `ServerNotice::JoinedLate` and `take_joined` names it, so its tools can be listed.
+    pub async fn start_settling(
+        servers: impl IntoIterator<Item = ServerConfig>,
+        host: Arc<dyn HostHandler>,
+    ) -> ServerRegistry {
+        ServerRegistry::start_waiting(servers, host, Some(SETTLE_AFTER)).await
+    }
+
+    async fn start_waiting(
+        servers: impl IntoIterator<Item = ServerConfig>,
+        host: Arc<dyn HostHandler>,
+        settle_after: Option<Duration>,
+    ) -> ServerRegistry {
+        let late = Arc::new(Mutex::new(Late::default()));
+        let (done, mut finished) = mpsc::unbounded_channel::<bool>();
+        let mut entries = Vec::new();
+        let mut starts = Vec::new();
+        for config in servers {
+            let outcome = Arc::new(OnceLock::new());
+            if config.disabled {
+                let _ = outcome.set(Outcome {
+                    state: ServerState::Disabled,
+                    elapsed: Duration::ZERO,
+                });
+            } else {
+                starts.push(tokio::spawn(start_one_server(
+                    config.clone(),
+                    host.clone(),
+                    outcome.clone(),
+                    late.clone(),
+                    done.clone(),
+                )));
             }
-        });
+            entries.push(ServerEntry { config, outcome });
+        }
+        drop(done);
+        let mut remaining = starts.len();
+        let mut connected = 0;
+        while remaining > 0 {
+            let next = match settle_after {
+                Some(wait) if connected > 0 => {
+                    match tokio::time::timeout(wait, finished.recv()).await {
+                        Ok(next) => next,
+                        Err(_) => break,
+                    }
+                }
+                _ => finished.recv().await,
+            };
+            let Some(ok) = next else { break };
+            remaining -= 1;
+            connected += usize::from(ok);
+        }
+        if let Ok(mut late) = late.lock() {
+            late.settled = true;
+        }
         ServerRegistry {
-            entries: join_all(starts).await,
+            entries,
+            starts,
+            late,
         }
     }
 
@@ -110,16 +189,17 @@ impl ServerRegistry {
                     self.entries.iter().map(|e| e.config.clone()).collect();
                 unknown_server(&configs, name)
             })?;
-        match &entry.state {
+        match entry.state() {
             ServerState::Connected(connection) => Ok(connection),
             ServerState::Failed(error) => Err(error.clone()),
             ServerState::Disabled => Err(McpError::Disabled(name.to_string())),
+            ServerState::Starting => Err(McpError::Starting(name.to_string())),
         }
     }
 
     /// Connected servers, in config order.
     pub fn connections(&self) -> impl Iterator<Item = &ServerConnection> {
-        self.entries.iter().filter_map(|e| match &e.state {
+        self.entries.iter().filter_map(|e| match e.state() {
             ServerState::Connected(c) => Some(c.as_ref()),
             _ => None,
         })
@@ -127,10 +207,26 @@ impl ServerRegistry {
 
     /// Servers that failed to start, with their errors.
     pub fn failures(&self) -> impl Iterator<Item = &McpError> {
-        self.entries.iter().filter_map(|e| match &e.state {
+        self.entries.iter().filter_map(|e| match e.state() {
             ServerState::Failed(error) => Some(error),
             _ => None,
         })
+    }
+
+    /// Servers that connected after `start_settling` returned, each named once: the tool
+    /// catalogue lists them on its next refresh.
+    pub fn take_joined(&self) -> Vec<String> {
+        self.late
+            .lock()
+            .map(|mut late| std::mem::take(&mut late.joined))
+            .unwrap_or_default()
+    }
+
+    /// Whether any server is still starting.
+    pub fn starting(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| matches!(e.state(), ServerState::Starting))
     }
 
     /// Lists every connected server's tools concurrently and builds the router. Servers whose
@@ -161,13 +257,70 @@ impl ServerRegistry {
             .collect()
     }
 
-    /// Closes every connection concurrently.
-    pub async fn shutdown(self) {
-        join_all(self.entries.into_iter().filter_map(|e| match e.state {
-            ServerState::Connected(c) => Some(c.close()),
-            _ => None,
+    /// Stops the starts still under way (their processes are killed) and closes every
+    /// connection concurrently.
+    pub async fn shutdown(mut self) {
+        let starts = std::mem::take(&mut self.starts);
+        for start in &starts {
+            start.abort();
+        }
+        // Awaiting each aborted task drops its future, and with it its share of the entry.
+        join_all(starts).await;
+        let entries = std::mem::take(&mut self.entries);
+        join_all(entries.into_iter().filter_map(|e| {
+            match Arc::try_unwrap(e.outcome).ok()?.into_inner()?.state {
+                ServerState::Connected(c) => Some(c.close()),
+                _ => None,
+            }
         }))
         .await;
+    }
+}
+
+impl Drop for ServerRegistry {
+    fn drop(&mut self) {
+        for start in &self.starts {
+            start.abort();
+        }
+    }
+}
+
+/// Starts one server, records how it went, and tells the waiting `start_waiting` or, once it
+/// has gone on, the host.
+async fn start_one_server(
+    config: ServerConfig,
+    host: Arc<dyn HostHandler>,
+    outcome: Arc<OnceLock<Outcome>>,
+    late: Arc<Mutex<Late>>,
+    done: mpsc::UnboundedSender<bool>,
+) {
+    let started = Instant::now();
+    let state = match ServerConnection::connect(&config, host.clone()).await {
+        Ok(connection) => ServerState::Connected(Box::new(connection)),
+        Err(error) => ServerState::Failed(error),
+    };
+    let elapsed = started.elapsed();
+    let error = match &state {
+        ServerState::Failed(error) => Some(error.to_string()),
+        _ => None,
+    };
+    let connected = error.is_none();
+    // Under the lock, so the registry either counts this start as on time or hears of it
+    // as late, never neither.
+    let joined_late = {
+        let mut late = late
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = outcome.set(Outcome { state, elapsed });
+        if late.settled && connected {
+            late.joined.push(config.name.clone());
+        }
+        late.settled
+    };
+    if joined_late {
+        host.notify(&config.name, ServerNotice::JoinedLate { elapsed, error });
+    } else {
+        let _ = done.send(connected);
     }
 }
 

@@ -3,9 +3,18 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use test_support::{everything_stdio, misbehaving_stdio, time_stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::Value;
+use test_support::{everything_stdio, misbehaving_stdio, scratch_dir, time_stdio};
 use tether_mcp::config::adhoc_stdio;
-use tether_mcp::{ErrorClass, ServerConfig, ServerRegistry, ServerState};
+use tether_mcp::{
+    ElicitationAnswer, ElicitationRequest, ErrorClass, HostHandler, Root, ServerConfig,
+    ServerNotice, ServerRegistry, ServerState,
+};
+use tokio::sync::mpsc;
 
 #[tokio::test]
 async fn registry_starts_all_servers_and_isolates_the_broken_one() {
@@ -21,10 +30,11 @@ async fn registry_starts_all_servers_and_isolates_the_broken_one() {
     let states: Vec<&str> = registry
         .entries()
         .iter()
-        .map(|e| match e.state {
+        .map(|e| match e.state() {
             ServerState::Connected(_) => "connected",
             ServerState::Failed(_) => "failed",
             ServerState::Disabled => "disabled",
+            ServerState::Starting => "starting",
         })
         .collect();
     assert_eq!(states, ["connected", "connected", "failed"]);
@@ -78,4 +88,138 @@ async fn tool_error_is_a_result_not_an_error() {
     let result = connection.call_tool("boom", None, None).await.unwrap();
     assert!(result.is_error);
     registry.shutdown().await;
+}
+
+/// A host that passes every notice to the test.
+struct NoticeTap(mpsc::UnboundedSender<(String, ServerNotice)>);
+
+impl HostHandler for NoticeTap {
+    fn roots(&self) -> Vec<Root> {
+        Vec::new()
+    }
+    fn sample<'a>(&'a self, _: &'a str, _: Value) -> BoxFuture<'a, Result<Value, String>> {
+        Box::pin(async { Err("no sampling here".to_string()) })
+    }
+    fn elicit<'a>(&'a self, _: &'a str, _: ElicitationRequest) -> BoxFuture<'a, ElicitationAnswer> {
+        Box::pin(async { ElicitationAnswer::Decline })
+    }
+    fn notify(&self, server: &str, notice: ServerNotice) {
+        let _ = self.0.send((server.to_string(), notice));
+    }
+}
+
+/// A server that writes its shell's pid to `pid` and waits on the FIFO `gate` before it
+/// becomes the time server: it starts exactly when the test writes a line to the gate.
+fn gated_time_server(
+    dir: &std::path::Path,
+) -> (ServerConfig, std::path::PathBuf, std::path::PathBuf) {
+    let gate = dir.join("gate");
+    let pid = dir.join("pid");
+    let _ = std::fs::remove_file(&gate);
+    let status = std::process::Command::new("mkfifo")
+        .arg(&gate)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let script = format!(
+        "echo $$ > '{}'; read line < '{}'; exec {}",
+        pid.display(),
+        gate.display(),
+        time_stdio()
+    );
+    let mut config = ServerConfig::stdio("gated", "sh", vec!["-c".into(), script]);
+    config.startup_timeout = Duration::from_secs(120);
+    (config, gate, pid)
+}
+
+#[tokio::test]
+async fn a_slow_server_joins_after_the_others_are_ready() {
+    let dir = scratch_dir("registry", "joins_later");
+    let (gated, gate, _) = gated_time_server(&dir);
+    let fast = adhoc_stdio(&misbehaving_stdio("tool-error"), &[]).unwrap();
+    let (tx, mut notices) = mpsc::unbounded_channel();
+    let registry = ServerRegistry::start_settling([fast, gated], Arc::new(NoticeTap(tx))).await;
+
+    // The fast server is ready; the gated one cannot be, since nothing has opened its gate.
+    assert!(registry.connection("misbehaving_server").is_ok());
+    assert!(matches!(
+        registry.entries()[1].state(),
+        ServerState::Starting
+    ));
+    assert!(registry.starting());
+    let error = registry.connection("gated").unwrap_err().to_string();
+    assert!(error.contains("\"gated\" is still starting"), "{error}");
+    assert!(registry.take_joined().is_empty());
+
+    std::fs::write(&gate, "go\n").unwrap();
+    let (server, notice) = loop {
+        let (server, notice) = tokio::time::timeout(Duration::from_secs(60), notices.recv())
+            .await
+            .expect("the gated server joins once its gate opens")
+            .unwrap();
+        if matches!(notice, ServerNotice::JoinedLate { .. }) {
+            break (server, notice);
+        }
+    };
+    assert_eq!(server, "gated");
+    assert!(
+        matches!(notice, ServerNotice::JoinedLate { error: None, .. }),
+        "{notice:?}"
+    );
+    assert!(!registry.starting());
+    assert_eq!(
+        registry.take_joined(),
+        ["gated"],
+        "named once for the catalogue"
+    );
+    assert!(registry.take_joined().is_empty());
+    let tools = registry
+        .connection("gated")
+        .unwrap()
+        .list_tools()
+        .await
+        .unwrap();
+    assert!(tools.iter().any(|t| t.name == "get_current_time"));
+    registry.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_stops_a_server_still_starting() {
+    let dir = scratch_dir("registry", "stops_pending");
+    let (gated, _gate, pid_file) = gated_time_server(&dir);
+    let fast = adhoc_stdio(&misbehaving_stdio("tool-error"), &[]).unwrap();
+    let registry =
+        ServerRegistry::start_settling([fast, gated], Arc::new(tether_mcp::HeadlessHost)).await;
+    assert!(registry.starting());
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), registry.shutdown())
+        .await
+        .expect("shutdown does not wait for a start that never ends");
+    // Killed with its process group; gone once reaped (a zombie counts as stopped).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => break,
+            Ok(stat)
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap()
+                    .trim_start()
+                    .starts_with('Z') =>
+            {
+                break;
+            }
+            Ok(_) => {}
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gated server's shell still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

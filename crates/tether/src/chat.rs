@@ -320,7 +320,7 @@ pub async fn chat(
     host.provider = Some(provider.clone());
     let interactive = host.interactive;
     let host = Arc::new(host);
-    let registry = ServerRegistry::start(servers, host.clone()).await;
+    let registry = ServerRegistry::start_settling(servers, host.clone()).await;
     for failure in registry.failures() {
         eprintln!("warning: {failure}");
     }
@@ -635,7 +635,7 @@ impl Chat<'_> {
             }
             "/servers" => {
                 for entry in self.registry.entries() {
-                    let state = match &entry.state {
+                    let state = match entry.state() {
                         tether_mcp::ServerState::Connected(c) if c.is_down() => {
                             "down (it exited or its connection closed): the next call starts it again, or /reconnect".to_string()
                         }
@@ -651,6 +651,9 @@ impl Chat<'_> {
                         ),
                         tether_mcp::ServerState::Failed(error) => format!("failed: {error}"),
                         tether_mcp::ServerState::Disabled => "disabled".into(),
+                        tether_mcp::ServerState::Starting => {
+                            "starting (its tools join when it is ready)".into()
+                        }
                     };
                     println!("  {}: {state}", entry.name());
                 }

@@ -471,7 +471,7 @@ async fn servers_command(
             "name": entry.name(),
             "endpoint": entry.config.endpoint(),
         });
-        match &entry.state {
+        match entry.state() {
             ServerState::Connected(c) => {
                 let (tools, resources, templates, prompts) = tokio::join!(
                     c.list_tools(),
@@ -503,10 +503,12 @@ async fn servers_command(
             }
             ServerState::Failed(error) => {
                 row["status"] = json!("failed");
-                row["startMs"] = json!(entry.elapsed.as_millis() as u64);
+                row["startMs"] = json!(entry.elapsed().as_millis() as u64);
                 row["error"] = json!(error.to_string());
             }
             ServerState::Disabled => row["status"] = json!("disabled"),
+            // `servers` waits for every server, so none is left starting.
+            ServerState::Starting => row["status"] = json!("starting"),
         }
         row
     }))

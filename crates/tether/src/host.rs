@@ -268,6 +268,16 @@ impl HostHandler for TerminalHost {
             ServerNotice::ResourceUpdated { uri } => {
                 format!("server \"{server}\": resource {uri} updated")
             }
+            ServerNotice::JoinedLate {
+                elapsed,
+                error: None,
+            } => format!(
+                "server \"{server}\" is ready after {:.1} s; its tools are offered from the next model request",
+                elapsed.as_secs_f64()
+            ),
+            ServerNotice::JoinedLate {
+                error: Some(error), ..
+            } => error,
             ServerNotice::Restarted { restarts, reason } => {
                 self.show(AgentEvent::ServerRestarted {
                     server: server.to_string(),

@@ -804,7 +804,7 @@ pub async fn run(
     let (events, renderer) = spawn_renderer(json, None);
     host.events = Mutex::new(Some(events.clone()));
     let host = Arc::new(host);
-    let registry = ServerRegistry::start(servers, host.clone()).await;
+    let registry = ServerRegistry::start_settling(servers, host.clone()).await;
     for failure in registry.failures() {
         if json {
             println!(

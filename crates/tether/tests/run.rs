@@ -792,3 +792,169 @@ fn ctrl_c_cancels_the_turn_and_its_tool_call() {
         "the conversation so far is kept"
     );
 }
+
+/// A config with a fast server (the built-in tools) and a gated one that starts only when
+/// the test writes a line to the FIFO `gate` (its shell's pid goes to `pid` first).
+fn fast_and_gated(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let gate = dir.join("gate");
+    let pid = dir.join("pid");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&gate)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let tether = env!("CARGO_BIN_EXE_tether");
+    let script = format!(
+        "echo $$ > '{}'; read line < '{}'; exec '{tether}' builtin-server",
+        pid.display(),
+        gate.display()
+    );
+    let config = dir.join("tether.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {
+            "fast": {"command": tether, "args": ["builtin-server"]},
+            "gated": {"command": "sh", "args": ["-c", script], "startupTimeout": 300}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    (config, gate, pid)
+}
+
+fn offered(request: &Recorded) -> Vec<String> {
+    request.body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn run_does_not_wait_for_a_server_still_starting() {
+    let dir = test_support::scratch_dir("run", "not_waiting");
+    let (config, _gate, pid) = fast_and_gated(&dir);
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("call_1", "fast__add", r#"{"a": 2, "b": 3}"#),
+            Reply::text("5"),
+        ],
+    );
+    let base = model.base_url();
+    let config = config.display().to_string();
+    // The gate is never opened: with a 300 s start-up timeout, waiting for the gated server
+    // would mean no answer for five minutes.
+    let run = tether(&[
+        "run",
+        "--model",
+        "openai:scripted-model",
+        "--base-url",
+        &base,
+        "--config",
+        &config,
+        "What is 2 + 3?",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains('5'), "{}", run.stdout);
+    let requests = model.requests();
+    let first = offered(&requests[0]);
+    assert!(first.contains(&"fast__add".to_string()), "{first:?}");
+    assert!(!first.iter().any(|t| t.starts_with("gated__")), "{first:?}");
+    assert!(
+        !run.stderr.contains("gated"),
+        "nothing to warn about: {}",
+        run.stderr
+    );
+    // The gated server's shell was stopped with the run, not left behind.
+    let pid = std::fs::read_to_string(&pid).unwrap().trim().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        if stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('Z')
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the gated server still runs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn chat_offers_a_late_server_from_the_next_request() {
+    use std::io::{BufRead, Write};
+    let dir = test_support::scratch_dir("run", "late_server");
+    let (config, gate, _) = fast_and_gated(&dir);
+    let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("one"), Reply::text("two")]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["chat", "--model", "openai:scripted-model", "--base-url"])
+        .arg(model.base_url())
+        .arg("--config")
+        .arg(&config)
+        .current_dir(&dir)
+        .env("NO_COLOR", "1")
+        .env("OPENAI_API_KEY", "test-key")
+        .env("TETHER_DATA_DIR", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream).lines() {
+                let Ok(line) = line else { return };
+                let _ = lines.send(line);
+            }
+        });
+    }
+    let wait_for = |text: &str| loop {
+        let line = seen
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no line containing {text:?}"));
+        if line.contains(text) {
+            return line;
+        }
+    };
+    writeln!(stdin, "first question").unwrap();
+    wait_for("one");
+    std::fs::write(&gate, "go\n").unwrap();
+    let notice = wait_for("\"gated\" is ready");
+    assert!(
+        notice.contains("offered from the next model request"),
+        "{notice}"
+    );
+    writeln!(stdin, "second question").unwrap();
+    wait_for("two");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    let requests = model.requests();
+    assert!(
+        !offered(&requests[0])
+            .iter()
+            .any(|t| t.starts_with("gated__"))
+    );
+    assert!(
+        offered(&requests[1]).contains(&"gated__add".to_string()),
+        "{:?}",
+        offered(&requests[1])
+    );
+}
