@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # Benchmarks Tether against peers in one run and prints the ratios (see README):
-#   mcp   — tools/call round trips vs the TypeScript and Python SDK clients; parallel start-up
+#   mcp   — the floor (a stdio echo over pipes), tools/call round trips sequential and with 16
+#           and 64 in flight vs the TypeScript and Python SDK clients against a fast Rust server
+#           and server-everything; the agent loop's overhead per call; start-up of 1/10/50
+#           servers and the first request with one slow server; peak RSS of run and chat
 #   local — embedded-model tool-call accuracy with and without grammar; tokens/s vs llama-bench
 #   search — tool-search recall and speed over the BFCL v4 fixture (1,853 tools); tokens per mode
 #   gateway — `tether serve` vs direct vs mcp-proxy at 1/16/64 clients; peak RSS, 10 upstreams
+# Every figure is the median of interleaved rounds with its spread. `--quick` makes fewer calls
+# per round and leaves out the embedded model (the slowest part); other arguments go to cargo.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+quick=""
+args=()
+for arg in "$@"; do
+  if [ "$arg" = --quick ]; then quick=1; else args+=("$arg"); fi
+done
+if [ -n "$quick" ]; then export TETHER_BENCH_QUICK=1; fi
+echo "bench: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 bash scripts/install-system.sh
 bash scripts/install-peers.sh
 # llama.cpp's own llama-bench, built once (cached in target/llama-bench) with the same CPU flags
 # as llama-cpp-sys-2 (GGML_NATIVE off). The llama.cpp sources in the llama-cpp-sys-2 crate omit
 # the tools, so they come from the llama-cpp-python 0.3.36 sdist on PyPI, verified by SHA-256.
 bench_dir="$root/target/llama-bench"
-if [ ! -x "$bench_dir/build/bin/llama-bench" ]; then
+if [ -z "$quick" ] && [ ! -x "$bench_dir/build/bin/llama-bench" ]; then
   sdist_sha=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
   sdist="$root/target/llama_cpp_python-0.3.36.tar.gz"
   if ! echo "$sdist_sha  $sdist" | sha256sum -c --status 2>/dev/null; then
@@ -34,6 +46,10 @@ if [ ! -x peers/.venv-proxy/bin/mcp-proxy ]; then
   python3 -m venv peers/.venv-proxy
   peers/.venv-proxy/bin/pip install --quiet --disable-pip-version-check mcp-proxy==0.13.0
 fi
-cargo bench --locked -p tether-catalog --bench search
-cargo bench --locked -p tether --bench gateway
-cargo bench --locked -p tether --bench mcp --bench local "$@"
+cargo bench --locked -p tether --bench mcp "${args[@]}"
+cargo bench --locked -p tether-catalog --bench search "${args[@]}"
+cargo bench --locked -p tether --bench gateway "${args[@]}"
+if [ -z "$quick" ]; then
+  cargo bench --locked -p tether --bench local "${args[@]}"
+fi
+echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"

@@ -525,7 +525,8 @@ impl ServerConnection {
         let session = self.live().await?;
         let outcome = self.call_with_progress(&session, params, progress).await;
         let result = self.outcome(&session, &operation, outcome).await?;
-        self.convert(&operation, result)
+        // Already JSON: read it as ours directly, rather than copying it through `convert`.
+        serde_json::from_value(result).map_err(|e| self.schema_mismatch(&operation, e))
     }
 
     /// Whether the server said its tools changed since they were last listed.
@@ -1029,12 +1030,16 @@ impl ServerConnection {
     ) -> Result<U, McpError> {
         serde_json::to_value(value)
             .and_then(serde_json::from_value)
-            .map_err(|e| McpError::Unreachable {
-                server: self.config.name.clone(),
-                detail: format!(
-                    "{operation}: the server's answer does not match the MCP schema: {e}"
-                ),
-            })
+            .map_err(|e| self.schema_mismatch(operation, e))
+    }
+
+    fn schema_mismatch(&self, operation: &str, error: serde_json::Error) -> McpError {
+        McpError::Unreachable {
+            server: self.config.name.clone(),
+            detail: format!(
+                "{operation}: the server's answer does not match the MCP schema: {error}"
+            ),
+        }
     }
 }
 

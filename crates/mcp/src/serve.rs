@@ -330,8 +330,9 @@ impl<S: ?Sized> Clone for ServedService<S> {
 /// Serves `service` on stdin/stdout until the client goes away.
 pub async fn serve_stdio<S: McpService + ?Sized>(service: Arc<S>) -> Result<(), String> {
     let name = service.info().name;
+    let (input, output) = stdio_streams();
     let running = ServedService::new(service)
-        .serve((tokio::io::stdin(), tokio::io::stdout()))
+        .serve((input, output))
         .await
         .map_err(|e| format!("{name}: handshake failed: {e}"))?;
     running
@@ -339,6 +340,38 @@ pub async fn serve_stdio<S: McpService + ?Sized>(service: Arc<S>) -> Result<(), 
         .await
         .map_err(|e| format!("{name}: {e}"))?;
     Ok(())
+}
+
+/// Our stdin and stdout as pipes the reactor watches, when they are pipes (as under a host
+/// that spawned us): tokio's own stdin and stdout hand every read and write to a blocking
+/// thread, which cost more than the rest of a tool call. Anything else (a terminal, a file)
+/// keeps tokio's.
+fn stdio_streams() -> (
+    Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+) {
+    use std::os::fd::AsFd;
+    use tokio::net::unix::pipe;
+    let input = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| pipe::Receiver::from_owned_fd(fd).ok());
+    let output = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| pipe::Sender::from_owned_fd(fd).ok());
+    (
+        match input {
+            Some(pipe) => Box::new(pipe),
+            None => Box::new(tokio::io::stdin()),
+        },
+        match output {
+            Some(pipe) => Box::new(pipe),
+            None => Box::new(tokio::io::stdout()),
+        },
+    )
 }
 
 /// Converts between our types and rmcp's through their shared wire JSON.

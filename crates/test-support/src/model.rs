@@ -128,6 +128,8 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     /// Parsed JSON body.
     pub body: Value,
+    /// When its body had been read (benchmarks time the first request of a run by it).
+    pub received: std::time::Instant,
 }
 
 impl Recorded {
@@ -226,6 +228,7 @@ fn serve(stream: TcpStream, wire: Wire, log: &Mutex<Vec<Recorded>>, script: &Scr
         path,
         headers,
         body,
+        received: std::time::Instant::now(),
     });
     let mut reply = script.lock().expect("lock").next();
     if let Some(Reply::Held { gate, reply: later }) = reply {
