@@ -392,6 +392,8 @@ fn generate(
     let mut held = String::new();
     let mut holding = mode == CallMode::Answer && fallback.is_some();
     let mut pending_bytes: Vec<u8> = Vec::new();
+    let mut echo_guard = EchoGuard::default();
+    let mut answered = false;
     let mut position = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
     let mut generated = 0u64;
     let mut stop = StopReason::MaxTokens;
@@ -440,13 +442,27 @@ fn generate(
             } else {
                 piece
             };
-            if mode == CallMode::Answer
-                && tx
-                    .unbounded_send(Ok(StreamEvent::TextDelta(piece)))
-                    .is_err()
-            {
-                // The receiver is gone: the turn was cancelled.
-                return Ok(());
+            if mode == CallMode::Answer {
+                let (piece, echoed) = echo_guard.push(&piece);
+                if !piece.is_empty() {
+                    answered = true;
+                }
+                if !piece.is_empty()
+                    && tx
+                        .unbounded_send(Ok(StreamEvent::TextDelta(piece)))
+                        .is_err()
+                {
+                    // The receiver is gone: the turn was cancelled.
+                    return Ok(());
+                }
+                if echoed {
+                    // The model is reciting our prompt: what it had said is the answer.
+                    if !answered && let Some(sentence) = fallback {
+                        let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(sentence.to_string())));
+                    }
+                    stop = StopReason::EndTurn;
+                    break;
+                }
             }
         }
         if tx.is_closed() {
@@ -464,7 +480,13 @@ fn generate(
         continue_decoding(&mut batch, token, &mut position, &mut context, &fail)?;
     }
     if holding && !held.is_empty() {
+        let (held, _) = echo_guard.push(&held);
         let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(held)));
+    }
+    // What the guard held back as a possible start of our prompt turned out not to be.
+    let rest = echo_guard.finish();
+    if mode == CallMode::Answer && !rest.is_empty() {
+        let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(rest)));
     }
     let _ = tx.unbounded_send(Ok(StreamEvent::Usage(Usage {
         input_tokens: tokens.len() as u64,
@@ -598,6 +620,55 @@ fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
     })
 }
 
+/// The instruction the template puts after a tool result (template.rs), which a small model
+/// sometimes recites as part of its answer.
+const OUR_INSTRUCTION: &str = "use this to answer my question";
+
+/// Keeps our own prompt text out of a streamed answer: text that may be the start of
+/// `OUR_INSTRUCTION` is held back until it is clearly not, and the answer ends where the
+/// recital begins.
+#[derive(Debug, Default)]
+struct EchoGuard {
+    held: String,
+}
+
+impl EchoGuard {
+    /// The part of `piece` (with what was held) that can be shown, and whether the model has
+    /// begun reciting the instruction (the answer ends there).
+    fn push(&mut self, piece: &str) -> (String, bool) {
+        self.held.push_str(piece);
+        let lower = self.held.to_ascii_lowercase();
+        if let Some(at) = lower.find(OUR_INSTRUCTION) {
+            let shown = self.held[..at].trim_end().to_string();
+            self.held.clear();
+            return (shown, true);
+        }
+        // Hold the longest tail that could still grow into the instruction.
+        let keep = (1..=lower.len().min(OUR_INSTRUCTION.len()))
+            .rev()
+            .find(|&n| {
+                lower.is_char_boundary(lower.len() - n)
+                    && OUR_INSTRUCTION.starts_with(&lower[lower.len() - n..])
+            })
+            .unwrap_or(0);
+        // The space before it goes with it: an answer that ends there ends without it.
+        let keep = if keep > 0 {
+            let before = &self.held[..self.held.len() - keep];
+            keep + (before.len() - before.trim_end().len())
+        } else {
+            0
+        };
+        let shown = self.held[..self.held.len() - keep].to_string();
+        self.held.drain(..self.held.len() - keep);
+        (shown, false)
+    }
+
+    /// What is still held when the answer ends.
+    fn finish(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+}
+
 /// "The add tool returned: 30." for the last tool result, answering when the model will not.
 fn last_result_sentence(messages: &[Message]) -> Option<String> {
     let Some(Message::Tool { name, content, .. }) = messages.last() else {
@@ -630,6 +701,39 @@ fn find_call(text: &str) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn our_instruction_never_reaches_the_answer() {
+        let mut guard = EchoGuard::default();
+        let mut shown = String::new();
+        let mut echoed = false;
+        for piece in [
+            "The sum is 30",
+            ". Use",
+            " this to",
+            " answer my question",
+            " in a short",
+        ] {
+            let (text, stop) = guard.push(piece);
+            shown.push_str(&text);
+            if stop {
+                echoed = true;
+                break;
+            }
+        }
+        assert!(echoed);
+        assert_eq!(shown, "The sum is 30.");
+        // A word that only starts like it is shown once it is clearly something else.
+        let mut guard = EchoGuard::default();
+        let (first, stop) = guard.push("30. Use");
+        assert_eq!((first.as_str(), stop), ("30.", false));
+        let (second, stop) = guard.push("ful to know.");
+        assert_eq!((second.as_str(), stop), (" Useful to know.", false));
+        assert_eq!(guard.finish(), "");
+        let mut guard = EchoGuard::default();
+        assert_eq!(guard.push("It is 30. U").0, "It is 30.");
+        assert_eq!(guard.finish(), " U");
+    }
 
     #[test]
     fn first_call_is_found_in_text() {

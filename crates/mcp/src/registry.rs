@@ -16,9 +16,11 @@ use crate::connection::ServerConnection;
 use crate::error::{McpError, near_matches};
 use crate::router::ToolRouter;
 
-/// How long `start_settling` waits for more servers once one is ready and none has become
-/// ready since: long enough for servers that start together to finish together, short enough
-/// that a slow server costs the first model request well under 100 ms.
+/// The least time `start_settling` waits for more servers once one is ready and none has
+/// finished since: long enough for fast servers started together to finish together, short
+/// enough that a slow one costs the first model request well under 100 ms. The wait grows to
+/// a quarter of the time spent so far, so servers that take a second each to start (Node on
+/// two busy cores) still join the first request though they finish far apart.
 pub const SETTLE_AFTER: Duration = Duration::from_millis(60);
 
 /// Where one configured server stands.
@@ -96,7 +98,8 @@ impl ServerRegistry {
     }
 
     /// Starts every enabled server concurrently and returns once all have finished, or once
-    /// at least one is connected and no other has finished for `SETTLE_AFTER`. A server
+    /// at least one is connected and no other has finished for `SETTLE_AFTER` (or a quarter
+    /// of the time spent so far, when that is longer). A server
     /// still starting then reads as `ServerState::Starting`; when it finishes, `host` hears
     /// `ServerNotice::JoinedLate` and `take_joined` names it, so its tools can be listed.
     pub async fn start_settling(
@@ -136,9 +139,11 @@ impl ServerRegistry {
         drop(done);
         let mut remaining = starts.len();
         let mut connected = 0;
+        let began = Instant::now();
         while remaining > 0 {
             let next = match settle_after {
-                Some(wait) if connected > 0 => {
+                Some(least) if connected > 0 => {
+                    let wait = least.max(began.elapsed() / 4);
                     match tokio::time::timeout(wait, finished.recv()).await {
                         Ok(next) => next,
                         Err(_) => break,

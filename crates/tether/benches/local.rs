@@ -345,16 +345,6 @@ async fn speed(path: &std::path::Path) {
         max_tokens: Some(max_tokens),
         temperature: None,
     };
-    // Prompt speed: best of 3 runs that generate a single token.
-    let mut prompt_rate: f64 = 0.0;
-    let mut prompt_tokens = 0;
-    for _ in 0..3 {
-        let started = Instant::now();
-        let response = complete(&provider, &request(1)).await.unwrap();
-        let seconds = started.elapsed().as_secs_f64();
-        prompt_tokens = response.usage.input_tokens;
-        prompt_rate = prompt_rate.max(prompt_tokens as f64 / seconds);
-    }
     // Generation speed from a short prompt, as llama-bench's tg128 starts from an empty
     // context: the extra time of up to 128 more tokens over a one-token run.
     let short = |max_tokens: u32| ChatRequest {
@@ -370,24 +360,78 @@ async fn speed(path: &std::path::Path) {
         complete(&provider, &short(1)).await.unwrap();
         base = base.min(started.elapsed().as_secs_f64());
     }
-    let mut gen_rate: f64 = 0.0;
-    for _ in 0..3 {
+    let bench = std::env::var_os("LLAMA_BENCH");
+    // Rounds interleaved with llama-bench's, so both see the same machine; best of rounds.
+    let (mut prompt_rates, mut gen_rates, mut pp_rates, mut tg_rates) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut prompt_tokens = 0;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let response = complete(&provider, &request(1)).await.unwrap();
+        prompt_tokens = response.usage.input_tokens;
+        prompt_rates.push(prompt_tokens as f64 / started.elapsed().as_secs_f64());
         let started = Instant::now();
         let response = complete(&provider, &short(129)).await.unwrap();
         let extra = started.elapsed().as_secs_f64() - base;
         let generated = response.usage.output_tokens.saturating_sub(1);
-        gen_rate = gen_rate.max(generated as f64 / extra.max(1e-6));
+        gen_rates.push(generated as f64 / extra.max(1e-6));
+        if let Some(bench) = &bench
+            && let Some((pp, tg)) = llama_bench(bench, path, threads, prompt_tokens)
+        {
+            pp_rates.push(pp);
+            tg_rates.push(tg);
+        }
     }
-    println!("speed, {threads} threads:");
+    let best = |rates: &[f64]| rates.iter().copied().fold(0.0, f64::max);
+    let spread = |rates: &[f64]| {
+        let mut sorted = rates.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        format!(
+            "median {:.1}, {:.1}–{:.1}",
+            sorted[sorted.len() / 2],
+            sorted[0],
+            sorted[sorted.len() - 1]
+        )
+    };
+    println!("speed, {threads} threads, best of 5 interleaved rounds (median, min–max):");
     println!(
-        "  tether  prompt {prompt_rate:7.1} tok/s ({prompt_tokens} tokens), generation {gen_rate:7.1} tok/s"
+        "  tether       prompt {:7.1} tok/s ({}; {prompt_tokens} tokens), generation {:7.1} tok/s ({})",
+        best(&prompt_rates),
+        spread(&prompt_rates),
+        best(&gen_rates),
+        spread(&gen_rates)
     );
-    let Some(bench) = std::env::var_os("LLAMA_BENCH") else {
+    if bench.is_none() {
         println!(
             "  (set LLAMA_BENCH to llama.cpp's llama-bench for the ratio; scripts/bench.sh builds it)"
         );
         return;
-    };
+    }
+    if pp_rates.is_empty() {
+        println!("  llama-bench gave no result");
+        return;
+    }
+    println!(
+        "  llama-bench  prompt {:7.1} tok/s ({}), generation {:7.1} tok/s ({})",
+        best(&pp_rates),
+        spread(&pp_rates),
+        best(&tg_rates),
+        spread(&tg_rates)
+    );
+    println!(
+        "  ratio tether/llama-bench (best of rounds): prompt {:.2}x, generation {:.2}x",
+        best(&prompt_rates) / best(&pp_rates),
+        best(&gen_rates) / best(&tg_rates)
+    );
+}
+
+/// One llama-bench run (`-r 1`): prompt and generation tokens/s.
+fn llama_bench(
+    bench: &std::ffi::OsStr,
+    path: &std::path::Path,
+    threads: i32,
+    prompt_tokens: u64,
+) -> Option<(f64, f64)> {
     let output = std::process::Command::new(bench)
         .args([
             "-m",
@@ -399,13 +443,13 @@ async fn speed(path: &std::path::Path) {
             "-n",
             "128",
             "-r",
-            "3",
+            "1",
             "-o",
             "json",
         ])
         .output()
-        .unwrap();
-    let results: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        .ok()?;
+    let results: Value = serde_json::from_slice(&output.stdout).ok()?;
     let rate = |generation: bool| {
         results
             .as_array()
@@ -414,21 +458,5 @@ async fn speed(path: &std::path::Path) {
             .find(|r| (r["n_gen"].as_u64().unwrap_or(0) > 0) == generation)
             .and_then(|r| r["avg_ts"].as_f64())
     };
-    match (rate(false), rate(true)) {
-        (Some(pp), Some(tg)) => {
-            println!("  llama-bench prompt {pp:7.1} tok/s, generation {tg:7.1} tok/s");
-            println!(
-                "  ratio tether/llama-bench: prompt {:.2}x, generation {:.2}x",
-                prompt_rate / pp,
-                gen_rate / tg
-            );
-        }
-        _ => println!(
-            "  llama-bench gave no result: {}",
-            String::from_utf8_lossy(&output.stderr)
-                .lines()
-                .last()
-                .unwrap_or_default()
-        ),
-    }
+    Some((rate(false)?, rate(true)?))
 }
