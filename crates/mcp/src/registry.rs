@@ -118,6 +118,7 @@ impl ServerRegistry {
         let (done, mut finished) = mpsc::unbounded_channel::<bool>();
         let mut entries = Vec::new();
         let mut starts = Vec::new();
+        let mut in_place = Vec::new();
         for config in servers {
             let outcome = Arc::new(OnceLock::new());
             if config.disabled {
@@ -126,17 +127,32 @@ impl ServerRegistry {
                     elapsed: Duration::ZERO,
                 });
             } else {
-                starts.push(tokio::spawn(start_one_server(
+                let start = start_one_server(
                     config.clone(),
                     host.clone(),
                     outcome.clone(),
                     late.clone(),
                     done.clone(),
-                )));
+                );
+                if settle_after.is_some() {
+                    starts.push(tokio::spawn(start));
+                } else {
+                    in_place.push(start);
+                }
             }
             entries.push(ServerEntry { config, outcome });
         }
         drop(done);
+        if !in_place.is_empty() {
+            // Nothing outlives this call: the starts run in this task, so a gateway's
+            // connections are not spread over every worker thread's allocator arena.
+            join_all(in_place).await;
+            return ServerRegistry {
+                entries,
+                starts,
+                late,
+            };
+        }
         let mut remaining = starts.len();
         let mut connected = 0;
         let began = Instant::now();
