@@ -11,6 +11,7 @@
 //! free text. With `tool_choice: none` no grammar is used.
 
 pub mod grammar;
+pub mod paths;
 pub mod provision;
 pub mod template;
 
@@ -225,7 +226,12 @@ impl Provider for LocalProvider {
             };
             // A small model is made to call a tool after each user message, unless the
             // message has nothing to do with any tool ("hello", "thanks"): then it answers.
-            let last_is_user = last_user.is_some_and(|text| mentions_a_tool(text, &request.tools));
+            // The built-in server reads under the working directory, ours too.
+            let root = std::env::current_dir().unwrap_or_else(|_| ".".into());
+            let named_files =
+                last_user.and_then(|text| paths::read_named_files(&request.tools, text, &root));
+            let last_is_user = named_files.is_some()
+                || last_user.is_some_and(|text| mentions_a_tool(text, &request.tools));
             let small = self.engine.model.n_params() < 1_000_000_000;
             let has_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
             let mode = if !has_tools {
@@ -257,8 +263,13 @@ impl Provider for LocalProvider {
                     provider: self.name.clone(),
                     message: e,
                 })?;
-            let grammar = matches!(mode, CallMode::RequiredCall | CallMode::LazyCall)
-                .then(|| tool_call_grammar(tools));
+            let grammar =
+                matches!(mode, CallMode::RequiredCall | CallMode::LazyCall).then(|| {
+                    match (&named_files, mode) {
+                        (Some(read), CallMode::RequiredCall) => tool_call_grammar(read),
+                        _ => tool_call_grammar(&paths::existing_paths_only(tools, &root)),
+                    }
+                });
             let max_tokens = match mode {
                 CallMode::Answer | CallMode::LazyCall => {
                     request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
@@ -622,11 +633,11 @@ fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
 
 /// The instruction the template puts after a tool result (template.rs), which a small model
 /// sometimes recites as part of its answer.
-const OUR_INSTRUCTION: &str = "use this to answer my question";
+const OUR_INSTRUCTION: &[&str] = &["you can use this to answer", "use this to answer"];
 
-/// Keeps our own prompt text out of a streamed answer: text that may be the start of
-/// `OUR_INSTRUCTION` is held back until it is clearly not, and the answer ends where the
-/// recital begins.
+/// Keeps our own prompt text out of a streamed answer: text that may be the start of one of
+/// `OUR_INSTRUCTION`'s phrasings is held back until it is clearly not, and the answer ends
+/// where the recital begins.
 #[derive(Debug, Default)]
 struct EchoGuard {
     held: String,
@@ -638,17 +649,20 @@ impl EchoGuard {
     fn push(&mut self, piece: &str) -> (String, bool) {
         self.held.push_str(piece);
         let lower = self.held.to_ascii_lowercase();
-        if let Some(at) = lower.find(OUR_INSTRUCTION) {
+        if let Some(at) = OUR_INSTRUCTION.iter().filter_map(|p| lower.find(p)).min() {
             let shown = self.held[..at].trim_end().to_string();
             self.held.clear();
             return (shown, true);
         }
         // Hold the longest tail that could still grow into the instruction.
-        let keep = (1..=lower.len().min(OUR_INSTRUCTION.len()))
+        let longest = OUR_INSTRUCTION.iter().map(|p| p.len()).max().unwrap_or(0);
+        let keep = (1..=lower.len().min(longest))
             .rev()
             .find(|&n| {
                 lower.is_char_boundary(lower.len() - n)
-                    && OUR_INSTRUCTION.starts_with(&lower[lower.len() - n..])
+                    && OUR_INSTRUCTION
+                        .iter()
+                        .any(|p| p.starts_with(&lower[lower.len() - n..]))
             })
             .unwrap_or(0);
         // The space before it goes with it: an answer that ends there ends without it.
@@ -723,6 +737,13 @@ mod tests {
         }
         assert!(echoed);
         assert_eq!(shown, "The sum is 30.");
+        let mut guard = EchoGuard::default();
+        let (first, _) = guard.push("It is 4. You can");
+        let (second, stop) = guard.push(" use this to answer your question.");
+        assert_eq!(
+            (first.as_str(), second.as_str(), stop),
+            ("It is 4.", "", true)
+        );
         // A word that only starts like it is shown once it is clearly something else.
         let mut guard = EchoGuard::default();
         let (first, stop) = guard.push("30. Use");

@@ -168,11 +168,23 @@ fn main() {
             bfcl(&path).await;
             return;
         }
+        if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("natural") {
+            registry.shutdown().await;
+            natural_questions();
+            return;
+        }
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("speed") {
             registry.shutdown().await;
             speed(&path).await;
             return;
         }
+        // The prompts read notes.txt and README.md: run where they exist, as a user would (the
+        // embedded model may only name files that do).
+        let workdir = std::env::temp_dir().join(format!("tether-bench-local-{}", std::process::id()));
+        std::fs::create_dir_all(&workdir).unwrap();
+        std::fs::write(workdir.join("notes.txt"), "The meeting is on Tuesday.").unwrap();
+        std::fs::write(workdir.join("README.md"), "# A project").unwrap();
+        std::env::set_current_dir(&workdir).unwrap();
         let (catalog, _) = ToolCatalog::load(&registry).await;
         let snapshot = catalog.snapshot();
         let tools = snapshot.definitions().to_vec();
@@ -215,8 +227,123 @@ fn main() {
             );
         }
         registry.shutdown().await;
+        natural_questions();
         speed(&path).await;
     });
+}
+
+/// Twelve questions as people ask them, answered end to end by `tether run --json` with the
+/// embedded model in a directory with three files: the built-in tools alone, then with
+/// server-everything and server-filesystem beside them. Scored on the tool (none for small
+/// talk) and on the answer containing what it must.
+fn natural_questions() {
+    let year = chrono_year();
+    // (question, the tool that should run or "" for none, text the answer must contain)
+    let questions: Vec<(&str, &str, String)> = vec![
+        ("What is 12 plus 30?", "builtin__add", "42".into()),
+        ("How much is 9 times 8?", "builtin__multiply", "72".into()),
+        ("What's 100 divided by 4?", "builtin__divide", "25".into()),
+        ("Take 7 away from 20.", "builtin__subtract", "13".into()),
+        ("What time is it?", "builtin__current_time", year.clone()),
+        ("What's today's date?", "builtin__current_time", year),
+        (
+            "What's in notes.txt?",
+            "builtin__read_file",
+            "Tuesday".into(),
+        ),
+        (
+            "Show me my shopping list.",
+            "builtin__read_file",
+            "eggs".into(),
+        ),
+        (
+            "Which files are in this folder?",
+            "builtin__list_files",
+            "notes.txt".into(),
+        ),
+        ("hello", "", String::new()),
+        ("thanks!", "", String::new()),
+        ("Can you add 2 and 2 for me?", "builtin__add", "4".into()),
+    ];
+    let dir = std::env::temp_dir().join(format!("tether-bench-natural-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("docs")).unwrap();
+    std::fs::write(dir.join("notes.txt"), "The meeting is on Tuesday.").unwrap();
+    std::fs::write(dir.join("shopping.md"), "Milk, eggs, bread.").unwrap();
+    std::fs::write(dir.join("docs/plan.md"), "Ship on Friday.").unwrap();
+    let tether = env!("CARGO_BIN_EXE_tether");
+    let with_peers = dir.join("peers.json");
+    std::fs::write(
+        &with_peers,
+        json!({"mcpServers": {
+            "builtin": {"command": tether, "args": ["builtin-server"]},
+            "everything": {"command": npm_bin("mcp-server-everything"), "args": ["stdio"]},
+            "filesystem": {"command": npm_bin("mcp-server-filesystem"), "args": [&dir]},
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    println!("twelve natural questions end to end (tether run --json, embedded model):");
+    for (label, config) in [
+        ("built-in tools", None),
+        (
+            "built-in + server-everything + server-filesystem",
+            Some(&with_peers),
+        ),
+    ] {
+        let (mut right_tool, mut right_answer) = (0, 0);
+        let started = Instant::now();
+        for (question, tool, expected) in &questions {
+            let mut command = std::process::Command::new(tether);
+            command.arg("run").arg("--json").current_dir(&dir);
+            if let Some(config) = config {
+                command.arg("--config").arg(config);
+            }
+            let output = command.arg(question).output().unwrap();
+            let events: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect();
+            let called = events
+                .iter()
+                .find(|e| e["type"] == "tool_call_started")
+                .and_then(|e| e["name"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            let answer = events
+                .iter()
+                .find(|e| e["type"] == "final")
+                .and_then(|e| e["text"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            let tool_ok = called == *tool;
+            let answer_ok = output.status.success()
+                && !answer.trim().is_empty()
+                && !answer.contains("{\"tool\"")
+                && !answer.to_lowercase().contains("use this to answer")
+                && answer.contains(expected.as_str());
+            right_tool += usize::from(tool_ok);
+            right_answer += usize::from(answer_ok);
+            if std::env::var_os("TETHER_BENCH_VERBOSE").is_some() {
+                println!("    {question:?}: called {called:?}, answered {answer:?}");
+            }
+        }
+        let n = questions.len();
+        println!(
+            "  {label}: right tool {right_tool}/{n}, right answer {right_answer}/{n}, {:.1}s per question",
+            started.elapsed().as_secs_f64() / n as f64
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The current year, as the time tool's answer must contain it.
+fn chrono_year() -> String {
+    let output = std::process::Command::new("date")
+        .arg("+%Y")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
 /// The first 100 BFCL simple_python questions, each with its own function among 100

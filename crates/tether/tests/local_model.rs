@@ -117,6 +117,22 @@ fn embedded_model_reads_a_file_under_the_working_directory() {
     assert_eq!(finished["result"], "The meeting is on Tuesday.");
 }
 
+#[test]
+fn embedded_model_names_only_files_that_exist() {
+    let dir = empty_dir("typo");
+    std::fs::write(dir.join("notes.txt"), "The meeting is on Tuesday.").unwrap();
+    std::fs::write(dir.join("shopping.md"), "Milk, eggs.").unwrap();
+    // "note.txt" does not exist: the grammar only lets the model name a file that does.
+    let (code, events, stderr) = run_json(&dir, "Read the file note.txt for me.", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_started")
+        .expect("a tool was called");
+    assert_eq!(started["name"], "builtin__read_file", "{events:#?}");
+    assert_eq!(started["arguments"]["path"], "notes.txt", "{events:#?}");
+}
+
 /// Asks for `math.factorial` of 5 among the 1,853 BFCL tools with `extra` flags; returns the
 /// events after checking that exactly that tool ran with `number: 5`.
 fn factorial_among_1853(name: &str, extra: &[&str]) -> Vec<Value> {
