@@ -178,7 +178,7 @@ mod tests {
             narrowed[0].parameters["properties"]["path"]["enum"],
             json!(["notes.txt"])
         );
-        assert!(read_named_files(&[other.clone()], "read my notes", &root).is_none());
+        assert!(read_named_files(std::slice::from_ref(&other), "read my notes", &root).is_none());
 
         // Too many files to list: the path stays free.
         for i in 0..=MAX_FILES {
