@@ -19,9 +19,22 @@ from mcp import Client
 
 async def main() -> None:
     mode, url, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    answered, retried, failed, errors = 0, 0, 0, []
+    errors: list = []
+    counts = {"answered": 0, "retried": 0, "failed": 0}
+    versions: list = []
+    try:
+        await run(mode, url, calls, errors, counts, versions)
+    except Exception as error:  # noqa: BLE001 - reported, so the test says what went wrong
+        errors.append(f"the client failed: {type(error).__name__}: {error}")
+        counts["failed"] = calls - counts["answered"]
+    print(json.dumps({**counts, "protocol_version": versions[0] if versions else None,
+                      "errors": errors[:10]}), flush=True)
+
+
+async def run(mode: str, url: str, calls: int, errors: list, counts: dict, versions: list) -> None:
+    answered = retried = failed = 0
     async with Client(url, mode=mode, read_timeout_seconds=30) as client:
-        version = client.protocol_version
+        versions.append(client.protocol_version)
         for i in range(calls):
             for attempt in range(5):
                 try:
@@ -40,8 +53,7 @@ async def main() -> None:
             else:
                 failed += 1
             print(f"progress {i + 1}", flush=True)
-    print(json.dumps({"answered": answered, "retried": retried, "failed": failed,
-                      "protocol_version": version, "errors": errors[:10]}), flush=True)
+            counts.update(answered=answered, retried=retried, failed=failed)
 
 
 asyncio.run(main())

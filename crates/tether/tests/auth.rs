@@ -208,3 +208,45 @@ fn discovery_never_follows_a_server_to_link_local_or_private_addresses() {
         "a redirect to a refused address ends the sign-in: {stderr}"
     );
 }
+
+/// A saved sign-in is restored before the handshake, and restoring it asks the server for its
+/// OAuth metadata first. A server that accepts connections and never answers must cost no
+/// more than the server's start-up timeout, sign-in included.
+#[test]
+fn the_startup_timeout_covers_restoring_a_saved_sign_in() {
+    let dir = std::env::temp_dir().join(format!("tether-oauth-stall-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/mcp",
+        listener.local_addr().unwrap().port()
+    );
+    std::thread::spawn(move || {
+        // Accept and hold every connection, answering nothing.
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+        }
+    });
+    std::fs::write(
+        dir.join("credentials.json"),
+        serde_json::json!({&url: {"client_id": "tether-test", "token_response": {"access_token": "saved", "token_type": "bearer"}}})
+            .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("tether.json"),
+        serde_json::json!({"mcpServers": {"stalled": {"url": &url, "startupTimeout": "1s"}}})
+            .to_string(),
+    )
+    .unwrap();
+    let output = tether(&dir, &["--config", "tether.json", "servers", "--json"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("sign-in and handshake did not finish in time"),
+        "the one deadline ran out, not a later one: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("after 1s"), "{stdout}");
+}

@@ -274,16 +274,49 @@ impl LoadBalancer {
             assert!(started.elapsed() < DEADLINE, "haproxy did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        LoadBalancer { child, port }
+        let balancer = LoadBalancer { child, port };
+        // Clients start only once every replica has passed its health checks: before that
+        // HAProxy may answer 503, and a busy machine makes that window long.
+        while balancer
+            .statistics()
+            .iter()
+            .filter(|row| row.server.starts_with('r'))
+            .any(|row| row.status != "UP")
+            || balancer.statistics().is_empty()
+        {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the replicas never came up in HAProxy"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        balancer
     }
 
     /// 2xx responses HAProxy got from each replica (`r0`, `r1`, …), from its CSV statistics.
     fn answers_per_replica(&self) -> Vec<(String, u64)> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(stream, "GET /stats;csv HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+        self.statistics()
+            .into_iter()
+            .filter(|row| row.server.starts_with('r'))
+            .map(|row| (row.server, row.answered))
+            .collect()
+    }
+
+    /// The rows of the `replicas` backend in HAProxy's CSV statistics (empty while it cannot
+    /// be read).
+    fn statistics(&self) -> Vec<BackendRow> {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return Vec::new();
+        };
         let mut text = String::new();
-        stream.read_to_string(&mut text).unwrap();
-        let (head, mut rest) = text.split_once("\r\n\r\n").unwrap();
+        if write!(stream, "GET /stats;csv HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").is_err()
+            || stream.read_to_string(&mut text).is_err()
+        {
+            return Vec::new();
+        }
+        let Some((head, mut rest)) = text.split_once("\r\n\r\n") else {
+            return Vec::new();
+        };
         // HAProxy answers in chunks even to HTTP/1.0.
         let mut body = String::new();
         if head.to_lowercase().contains("transfer-encoding: chunked") {
@@ -299,20 +332,36 @@ impl LoadBalancer {
             body.push_str(rest);
         }
         let mut lines = body.lines();
-        let header: Vec<&str> = lines
-            .next()
-            .unwrap()
-            .trim_start_matches("# ")
-            .split(',')
-            .collect();
-        let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
-        let (proxy, server, ok) = (column("pxname"), column("svname"), column("hrsp_2xx"));
+        let Some(header) = lines.next() else {
+            return Vec::new();
+        };
+        let header: Vec<&str> = header.trim_start_matches("# ").split(',').collect();
+        let column = |name: &str| header.iter().position(|h| *h == name);
+        let (Some(proxy), Some(server), Some(status), Some(ok)) = (
+            column("pxname"),
+            column("svname"),
+            column("status"),
+            column("hrsp_2xx"),
+        ) else {
+            return Vec::new();
+        };
         lines
             .map(|line| line.split(',').collect::<Vec<_>>())
-            .filter(|f| f.len() > ok && f[proxy] == "replicas" && f[server].starts_with('r'))
-            .map(|f| (f[server].to_string(), f[ok].parse().unwrap_or(0)))
+            .filter(|f| f.len() > ok.max(status) && f[proxy] == "replicas")
+            .map(|f| BackendRow {
+                server: f[server].to_string(),
+                status: f[status].to_string(),
+                answered: f[ok].parse().unwrap_or(0),
+            })
             .collect()
     }
+}
+
+/// One server row of HAProxy's statistics.
+struct BackendRow {
+    server: String,
+    status: String,
+    answered: u64,
 }
 
 impl Drop for LoadBalancer {
