@@ -23,6 +23,48 @@ use crate::router::ToolRouter;
 /// two busy cores) still join the first request though they finish far apart.
 pub const SETTLE_AFTER: Duration = Duration::from_millis(60);
 
+/// The longest `start_settling` keeps waiting, after the first server is connected, for
+/// servers that are still busy starting.
+pub const SETTLE_AT_MOST: Duration = Duration::from_secs(2);
+
+/// The machine's processor time so far (`/proc/stat`), to tell servers still starting (busy
+/// processors) from servers waiting on something (idle ones).
+#[derive(Debug, Clone, Copy)]
+struct CpuTimes {
+    busy: u64,
+    total: u64,
+}
+
+impl CpuTimes {
+    /// Now; `None` where `/proc/stat` cannot be read (then only the clock decides).
+    fn now() -> Option<CpuTimes> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let fields: Vec<u64> = stat
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal …: idle and iowait are not busy.
+        let total: u64 = fields.iter().take(8).sum();
+        let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+        Some(CpuTimes {
+            busy: total.saturating_sub(idle),
+            total,
+        })
+    }
+}
+
+/// Whether the processors were busy more than half the time since `before` was taken.
+fn busy_since(before: Option<CpuTimes>) -> bool {
+    let (Some(before), Some(now)) = (before, CpuTimes::now()) else {
+        return false;
+    };
+    let total = now.total.saturating_sub(before.total);
+    total > 0 && now.busy.saturating_sub(before.busy) * 2 > total
+}
+
 /// Where one configured server stands.
 #[derive(Debug)]
 pub enum ServerState {
@@ -156,12 +198,24 @@ impl ServerRegistry {
         let mut remaining = starts.len();
         let mut connected = 0;
         let began = Instant::now();
+        let mut first_connected: Option<Instant> = None;
         while remaining > 0 {
             let next = match settle_after {
                 Some(least) if connected > 0 => {
                     let wait = least.max(began.elapsed() / 4);
+                    let busy_before = CpuTimes::now();
                     match tokio::time::timeout(wait, finished.recv()).await {
                         Ok(next) => next,
+                        // Quiet for a while; but while the processors were busy, servers are
+                        // most likely still starting (an interpreter loading), not waiting
+                        // on something: give them longer, up to `SETTLE_AT_MOST`.
+                        Err(_)
+                            if busy_since(busy_before)
+                                && first_connected
+                                    .is_some_and(|t| t.elapsed() < SETTLE_AT_MOST) =>
+                        {
+                            continue;
+                        }
                         Err(_) => break,
                     }
                 }
@@ -170,6 +224,9 @@ impl ServerRegistry {
             let Some(ok) = next else { break };
             remaining -= 1;
             connected += usize::from(ok);
+            if ok && first_connected.is_none() {
+                first_connected = Some(Instant::now());
+            }
         }
         if let Ok(mut late) = late.lock() {
             late.settled = true;
@@ -356,5 +413,36 @@ fn unknown_server(servers: &[ServerConfig], name: &str) -> McpError {
             Vec::new()
         },
         suggestions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_processors_are_seen_as_busy() {
+        let before = CpuTimes::now();
+        assert!(before.is_some(), "/proc/stat is readable on Linux");
+        // Every processor spins for a while: whatever else the machine does, that is busy.
+        let spinners: Vec<_> = (0..std::thread::available_parallelism().map_or(2, |n| n.get()))
+            .map(|_| {
+                std::thread::spawn(|| {
+                    let started = Instant::now();
+                    let mut x = 0u64;
+                    while started.elapsed() < Duration::from_millis(200) {
+                        x = std::hint::black_box(x.wrapping_add(1));
+                    }
+                })
+            })
+            .collect();
+        for spinner in spinners {
+            spinner.join().unwrap();
+        }
+        assert!(busy_since(before));
+        assert!(
+            !busy_since(None),
+            "unknown is not busy: the clock alone decides"
+        );
     }
 }
