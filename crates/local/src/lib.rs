@@ -228,8 +228,9 @@ impl Provider for LocalProvider {
             // message has nothing to do with any tool ("hello", "thanks"): then it answers.
             // The built-in server reads under the working directory, ours too.
             let root = std::env::current_dir().unwrap_or_else(|_| ".".into());
+            let files = paths::files_for(&request.tools, &root);
             let named_files =
-                last_user.and_then(|text| paths::read_named_files(&request.tools, text, &root));
+                last_user.and_then(|text| paths::read_named_files(&request.tools, text, &files));
             let last_is_user = named_files.is_some()
                 || last_user.is_some_and(|text| mentions_a_tool(text, &request.tools));
             let small = self.engine.model.n_params() < 1_000_000_000;
@@ -267,7 +268,7 @@ impl Provider for LocalProvider {
                 matches!(mode, CallMode::RequiredCall | CallMode::LazyCall).then(|| {
                     match (&named_files, mode) {
                         (Some(read), CallMode::RequiredCall) => tool_call_grammar(read),
-                        _ => tool_call_grammar(&paths::existing_paths_only(tools, &root)),
+                        _ => tool_call_grammar(&paths::existing_paths_only(tools, &files)),
                     }
                 });
             let max_tokens = match mode {

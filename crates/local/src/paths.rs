@@ -24,9 +24,19 @@ const SKIPPED: &[&str] = &[
     "build",
 ];
 
-/// `tools` with the built-in `read_file`'s `path` limited to the files under `root`, when
+/// The files under `root` a model may name, listed once per request: none unless the
+/// built-in `read_file` is offered.
+pub fn files_for(tools: &[ToolDefinition], root: &Path) -> Vec<String> {
+    if tools.iter().any(|t| t.name == READ_FILE) {
+        files_under(root)
+    } else {
+        Vec::new()
+    }
+}
+
+/// `tools` with the built-in `read_file`'s `path` limited to `files` (from `files_for`), when
 /// there are between one and `MAX_FILES` of them; every other tool unchanged.
-pub fn existing_paths_only(tools: &[ToolDefinition], root: &Path) -> Vec<ToolDefinition> {
+pub fn existing_paths_only(tools: &[ToolDefinition], files: &[String]) -> Vec<ToolDefinition> {
     tools
         .iter()
         .map(|tool| {
@@ -35,27 +45,26 @@ pub fn existing_paths_only(tools: &[ToolDefinition], root: &Path) -> Vec<ToolDef
                 && let Some(path) = tool.parameters.pointer_mut("/properties/path")
                 && path.get("type").and_then(Value::as_str) == Some("string")
                 && path.get("enum").is_none()
+                && !files.is_empty()
+                && files.len() <= MAX_FILES
             {
-                let files = files_under(root);
-                if !files.is_empty() && files.len() <= MAX_FILES {
-                    path["enum"] = json!(files);
-                }
+                path["enum"] = json!(files);
             }
             tool
         })
         .collect()
 }
 
-/// The files under `root` that `text` names: by relative path, by file name, or by a file
+/// The ones of `files` that `text` names: by relative path, by file name, or by a file
 /// name's stem of four letters or more ("notes.txt", "notes", "shopping" for shopping.md).
-pub fn files_named_in(text: &str, root: &Path) -> Vec<String> {
+pub fn files_named_in(text: &str, files: &[String]) -> Vec<String> {
     let words: Vec<String> = text
         .split(|c: char| !(c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | '/')))
         .map(|w| w.trim_matches('.').to_lowercase())
         .filter(|w| !w.is_empty())
         .collect();
-    files_under(root)
-        .into_iter()
+    files
+        .iter()
         .filter(|file| {
             let lower = file.to_lowercase();
             let name = lower.rsplit('/').next().unwrap_or(&lower);
@@ -64,18 +73,19 @@ pub fn files_named_in(text: &str, root: &Path) -> Vec<String> {
                 .iter()
                 .any(|w| *w == lower || *w == name || (stem.chars().count() >= 4 && *w == stem))
         })
+        .cloned()
         .collect()
 }
 
-/// When `text` names files under `root` and the built-in `read_file` is offered: that tool
+/// When `text` names some of `files` and the built-in `read_file` is offered: that tool
 /// alone, its path limited to those files. A message that names a file is about that file.
 pub fn read_named_files(
     tools: &[ToolDefinition],
     text: &str,
-    root: &Path,
+    files: &[String],
 ) -> Option<Vec<ToolDefinition>> {
     let mut read = tools.iter().find(|t| t.name == READ_FILE)?.clone();
-    let named = files_named_in(text, root);
+    let named = files_named_in(text, files);
     if named.is_empty() || named.len() > MAX_FILES {
         return None;
     }
@@ -155,7 +165,9 @@ mod tests {
             name: "files__read_file".into(),
             ..read_file()
         };
-        let tools = existing_paths_only(&[read_file(), other.clone()], &root);
+        let files = files_for(&[read_file()], &root);
+        assert!(files_for(std::slice::from_ref(&other), &root).is_empty());
+        let tools = existing_paths_only(&[read_file(), other.clone()], &files);
         assert_eq!(
             tools[0].parameters["properties"]["path"]["enum"],
             json!(["docs/deep/far.md", "docs/plan.md", "notes.txt"])
@@ -168,23 +180,26 @@ mod tests {
         assert!(grammar.contains(r#""\"notes.txt\"""#), "{grammar}");
 
         // A message that names a file reads that file.
-        assert_eq!(files_named_in("What's in notes.txt?", &root), ["notes.txt"]);
-        assert_eq!(files_named_in("show me the plan", &root), ["docs/plan.md"]);
-        assert!(files_named_in("hello there", &root).is_empty());
-        let narrowed = read_named_files(&[other.clone(), read_file()], "read my notes", &root)
+        assert_eq!(
+            files_named_in("What's in notes.txt?", &files),
+            ["notes.txt"]
+        );
+        assert_eq!(files_named_in("show me the plan", &files), ["docs/plan.md"]);
+        assert!(files_named_in("hello there", &files).is_empty());
+        let narrowed = read_named_files(&[other.clone(), read_file()], "read my notes", &files)
             .expect("notes.txt is named");
         assert_eq!(narrowed.len(), 1);
         assert_eq!(
             narrowed[0].parameters["properties"]["path"]["enum"],
             json!(["notes.txt"])
         );
-        assert!(read_named_files(std::slice::from_ref(&other), "read my notes", &root).is_none());
+        assert!(read_named_files(std::slice::from_ref(&other), "read my notes", &files).is_none());
 
         // Too many files to list: the path stays free.
         for i in 0..=MAX_FILES {
             std::fs::write(root.join(format!("f{i}.txt")), "x").unwrap();
         }
-        let tools = existing_paths_only(&[read_file()], &root);
+        let tools = existing_paths_only(&[read_file()], &files_for(&[read_file()], &root));
         assert!(
             tools[0].parameters["properties"]["path"]
                 .get("enum")

@@ -200,26 +200,5 @@ async fn shutdown_stops_a_server_still_starting() {
         .await
         .expect("shutdown does not wait for a start that never ends");
     // Killed with its process group; gone once reaped (a zombie counts as stopped).
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => break,
-            Ok(stat)
-                if stat
-                    .rsplit(')')
-                    .next()
-                    .unwrap()
-                    .trim_start()
-                    .starts_with('Z') =>
-            {
-                break;
-            }
-            Ok(_) => {}
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the gated server's shell still runs"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    test_support::wait_until_stopped(pid, "the gated server's shell");
 }

@@ -264,3 +264,33 @@ impl Drop for HttpServer {
         let _ = self.child.wait();
     }
 }
+
+/// The peak resident memory of a live process (`VmHWM`), in KiB; `None` once it is gone.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Waits up to 30 s for process `pid` to be stopped (gone, or a zombie waiting to be reaped);
+/// panics with `what` if it still runs then.
+pub fn wait_until_stopped(pid: u32, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which ends at the last ')'.
+        if stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what} still runs");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -192,17 +192,6 @@ fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
-fn peak_rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
@@ -301,7 +290,7 @@ fn main() {
         }
         connection.close().await;
     });
-    let rss = peak_rss_kib(ten.child.id()).unwrap_or(0);
+    let rss = test_support::peak_rss_kib(ten.child.id()).unwrap_or(0);
     println!(
         "gateway peak RSS with 10 upstream servers: {:.1} MiB (the gateway process alone)",
         rss as f64 / 1024.0

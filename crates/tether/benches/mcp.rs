@@ -370,6 +370,19 @@ fn isolated(args: &[&str]) -> Command {
     command
 }
 
+/// `tether COMMAND` against the scripted model at `base` with the servers of `config`.
+fn with_model(command: &str, base: &str, config: &Path) -> Command {
+    let mut tether = isolated(&[
+        command,
+        "--model",
+        "openai:scripted-model",
+        "--base-url",
+        base,
+    ]);
+    tether.arg("--config").arg(config);
+    tether
+}
+
 fn servers_millis(config: &Path) -> f64 {
     let started = Instant::now();
     let output = isolated(&["servers", "--json", "--config"])
@@ -390,18 +403,10 @@ fn first_request_millis(config: &Path) -> f64 {
     let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("ok")]);
     let base = model.base_url();
     let started = Instant::now();
-    let output = isolated(&[
-        "run",
-        "--model",
-        "openai:scripted-model",
-        "--base-url",
-        &base,
-        "--config",
-    ])
-    .arg(config)
-    .arg("hello")
-    .output()
-    .unwrap();
+    let output = with_model("run", &base, config)
+        .arg("hello")
+        .output()
+        .unwrap();
     assert!(
         output.status.success(),
         "{}",
@@ -415,14 +420,7 @@ fn first_request_millis(config: &Path) -> f64 {
 // 5. Memory.
 
 fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    kib / 1024.0
+    test_support::peak_rss_kib(pid).expect("the process is alive") as f64 / 1024.0
 }
 
 /// Peak RSS of `tether run` with the servers of `config`, taken while the model's answer
@@ -440,20 +438,12 @@ fn run_rss(config: &Path) -> f64 {
         ],
     );
     let base = model.base_url();
-    let mut child = isolated(&[
-        "run",
-        "--model",
-        "openai:scripted-model",
-        "--base-url",
-        &base,
-        "--config",
-    ])
-    .arg(config)
-    .arg("what is 1 + 2?")
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = with_model("run", &base, config)
+        .arg("what is 1 + 2?")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while model.requests().len() < 2 {
         assert!(Instant::now() < deadline, "tether run never asked twice");
@@ -475,21 +465,13 @@ fn chat_rss(config: &Path) -> f64 {
         ],
     );
     let base = model.base_url();
-    let mut child = isolated(&[
-        "chat",
-        "--model",
-        "openai:scripted-model",
-        "--base-url",
-        &base,
-        "--config",
-    ])
-    .arg(config)
-    .env("TETHER_DATA_DIR", scratch().join("home"))
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = with_model("chat", &base, config)
+        .env("TETHER_DATA_DIR", scratch().join("home"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, "what is 1 + 2?").unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());

@@ -98,17 +98,7 @@ fn assert_adds(events: &[Value]) {
 fn embedded_model_reads_a_file_under_the_working_directory() {
     let dir = empty_dir("read");
     std::fs::write(dir.join("notes.txt"), "The meeting is on Tuesday.").unwrap();
-    let (code, events, stderr) = run_json(
-        &dir,
-        "Read the file notes.txt and tell me what it says.",
-        &[],
-    );
-    assert_eq!(code, 0, "{stderr}");
-    let started = events
-        .iter()
-        .find(|e| e["type"] == "tool_call_started")
-        .expect("a tool was called");
-    assert_eq!(started["name"], "builtin__read_file", "{events:#?}");
+    let (events, started) = reads_a_file(&dir, "Read the file notes.txt and tell me what it says.");
     assert_eq!(started["arguments"]["path"], "notes.txt");
     let finished = events
         .iter()
@@ -123,14 +113,22 @@ fn embedded_model_names_only_files_that_exist() {
     std::fs::write(dir.join("notes.txt"), "The meeting is on Tuesday.").unwrap();
     std::fs::write(dir.join("shopping.md"), "Milk, eggs.").unwrap();
     // "note.txt" does not exist: the grammar only lets the model name a file that does.
-    let (code, events, stderr) = run_json(&dir, "Read the file note.txt for me.", &[]);
+    let (events, started) = reads_a_file(&dir, "Read the file note.txt for me.");
+    assert_eq!(started["arguments"]["path"], "notes.txt", "{events:#?}");
+}
+
+/// Asks `question` in `dir`; checks that the run succeeded and that its first call was the
+/// built-in `read_file`. Returns the events and that call's start.
+fn reads_a_file(dir: &std::path::Path, question: &str) -> (Vec<Value>, Value) {
+    let (code, events, stderr) = run_json(dir, question, &[]);
     assert_eq!(code, 0, "{stderr}");
     let started = events
         .iter()
         .find(|e| e["type"] == "tool_call_started")
-        .expect("a tool was called");
+        .expect("a tool was called")
+        .clone();
     assert_eq!(started["name"], "builtin__read_file", "{events:#?}");
-    assert_eq!(started["arguments"]["path"], "notes.txt", "{events:#?}");
+    (events, started)
 }
 
 /// Asks for `math.factorial` of 5 among the 1,853 BFCL tools with `extra` flags; returns the
