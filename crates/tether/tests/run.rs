@@ -809,7 +809,8 @@ fn fast_and_gated(
     );
     let tether = env!("CARGO_BIN_EXE_tether");
     let script = format!(
-        "echo $$ > '{}'; read line < '{}'; exec '{tether}' builtin-server",
+        // `$$$$`: the config turns `$$` into one `$`, so the shell sees `$$`, its own pid.
+        "echo $$$$ > '{}'; read line < '{}'; exec '{tether}' builtin-server",
         pid.display(),
         gate.display()
     );
@@ -875,21 +876,12 @@ fn run_does_not_wait_for_a_server_still_starting() {
         run.stderr
     );
     // The gated server's shell was stopped with the run, not left behind.
-    let pid = std::fs::read_to_string(&pid).unwrap().trim().to_string();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        if stat
-            .rsplit(')')
-            .next()
-            .unwrap()
-            .trim_start()
-            .starts_with('Z')
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the gated server still runs");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let pid = std::fs::read_to_string(&pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    test_support::wait_until_stopped(pid, "the gated server");
 }
 
 #[test]
