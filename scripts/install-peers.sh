@@ -42,14 +42,19 @@ fi
 
 # The BFCL v4 data set (tool search tests and benchmark): the wheel's data files only, turned
 # into one fixture server's tools and the tuned categories' questions.
+# The stamp holds the fixture script's hash too, so a change to the fixture rebuilds it from the
+# wheel already downloaded.
 bfcl_version="2026.3.23"
-if stamp_ok bfcl/.stamp "$bfcl_version" && [ -f bfcl/tools.json ]; then
+bfcl_stamp="$bfcl_version $(sha256sum ../crates/test-support/fixtures/bfcl_server.py | cut -c1-16)"
+if stamp_ok bfcl/.stamp "$bfcl_stamp" && [ -f bfcl/tools.json ]; then
   echo "peers: bfcl fixture up to date"
 else
   echo "peers: building the bfcl fixture (bfcl-eval==$bfcl_version)"
-  rm -rf bfcl && mkdir -p bfcl/wheel
-  python3 -m pip download --quiet --disable-pip-version-check --no-deps "bfcl-eval==$bfcl_version" -d bfcl/wheel
-  python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [z.extract(n, 'bfcl/wheel') for n in z.namelist() if n.startswith('bfcl_eval/data/')]" bfcl/wheel/bfcl_eval-*.whl
+  if ! ls bfcl/wheel/bfcl_eval-"$bfcl_version"-*.whl >/dev/null 2>&1; then
+    rm -rf bfcl && mkdir -p bfcl/wheel
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps "bfcl-eval==$bfcl_version" -d bfcl/wheel
+    python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); [z.extract(n, 'bfcl/wheel') for n in z.namelist() if n.startswith('bfcl_eval/data/')]" bfcl/wheel/bfcl_eval-*.whl
+  fi
   python3 ../crates/test-support/fixtures/bfcl_server.py build bfcl/wheel/bfcl_eval/data bfcl
-  echo "$bfcl_version" > bfcl/.stamp
+  echo "$bfcl_stamp" > bfcl/.stamp
 fi

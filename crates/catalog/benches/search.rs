@@ -28,6 +28,9 @@ struct Question {
     category: String,
     text: String,
     expected: Vec<String>,
+    /// The definitions this question was written against (BFCL reuses names for different
+    /// functions across questions; tools.json keeps the first definition of each name).
+    functions: Vec<Tool>,
 }
 
 fn load() -> (Vec<Tool>, Vec<Question>) {
@@ -56,6 +59,8 @@ fn load() -> (Vec<Tool>, Vec<Question>) {
                 .iter()
                 .map(|n| n.as_str().unwrap().to_string())
                 .collect(),
+            functions: serde_json::from_value(q["functions"].clone())
+                .expect("questions.json without definitions: run scripts/install-peers.sh"),
         })
         .collect();
     (tools, questions)
@@ -80,9 +85,34 @@ struct Scores {
     reciprocal: f64,
 }
 
-fn score(snapshot: &Snapshot, questions: &[&Question]) -> Scores {
+/// The catalogue a question is ranked in: every BFCL function, with the definitions the
+/// question was written against in place of others of the same name. `None` when they are the
+/// ones tools.json holds already (most questions), so the shared snapshot serves.
+fn own_catalogue(tools: &[Tool], question: &Question, ranking: Ranking) -> Option<Snapshot> {
+    let differs = |own: &Tool| tools.iter().any(|t| t.name == own.name && t != own);
+    if !question.functions.iter().any(differs) {
+        return None;
+    }
+    let replaced: Vec<Tool> = tools
+        .iter()
+        .map(|t| {
+            question
+                .functions
+                .iter()
+                .find(|own| own.name == t.name)
+                .unwrap_or(t)
+                .clone()
+        })
+        .collect();
+    Some(snapshot(&replaced, ranking))
+}
+
+fn score(tools: &[Tool], ranking: Ranking, questions: &[&Question]) -> Scores {
+    let shared = snapshot(tools, ranking);
     let mut scores = Scores::default();
     for question in questions {
+        let own = own_catalogue(tools, question, ranking);
+        let snapshot = own.as_ref().unwrap_or(&shared);
         let ranked: Vec<&str> = snapshot
             .search(&question.text, 50)
             .iter()
@@ -179,10 +209,10 @@ fn main() {
     }
     let quick = std::env::var_os("TETHER_BENCH_QUICK").is_some();
     let (tools, questions) = load();
-    let plain = snapshot(&tools, Ranking::plain());
     let shipped = snapshot(&tools, Ranking::from_env());
     println!(
-        "tool search over the BFCL v4 fixture: {} tools, {} questions",
+        "tool search over the BFCL v4 fixture: {} tools, {} questions, each ranked among every \
+         function with the definitions it was written against",
         tools.len(),
         questions.len()
     );
@@ -196,7 +226,10 @@ fn main() {
             .iter()
             .filter(|q| q.category == category)
             .collect();
-        let (p, s) = (score(&plain, &subset), score(&shipped, &subset));
+        let (p, s) = (
+            score(&tools, Ranking::plain(), &subset),
+            score(&tools, Ranking::from_env(), &subset),
+        );
         let f = |x: usize, n: usize| x as f64 / n as f64;
         println!(
             "{:<18} {:>5} | {:>9.3} {:>9.3} {:>6.3} | {:>9.3} {:>9.3} {:>6.3}",
@@ -289,7 +322,7 @@ fn main() {
         .ok()
         .and_then(|n| n.parse().ok())
     {
-        misses(&shipped, &questions, n);
+        misses(&tools, &shipped, &questions, n);
         return;
     }
     let rounds = if quick { 5 } else { 11 };
@@ -328,12 +361,14 @@ fn main() {
 }
 
 /// `TETHER_BENCH_MISSES=N` prints N questions whose expected tool is not in the top 5.
-fn misses(snapshot: &Snapshot, questions: &[Question], n: usize) {
+fn misses(tools: &[Tool], shared: &Snapshot, questions: &[Question], n: usize) {
     let mut shown = 0;
     for q in questions
         .iter()
         .filter(|q| q.category == "simple_python" || q.category == "multiple")
     {
+        let own = own_catalogue(tools, q, Ranking::from_env());
+        let snapshot = own.as_ref().unwrap_or(shared);
         let ranked: Vec<String> = snapshot
             .search(&q.text, 5)
             .iter()

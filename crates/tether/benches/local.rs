@@ -376,7 +376,12 @@ async fn bfcl(path: &std::path::Path) {
         let started = Instant::now();
         for (i, question) in questions.iter().take(count).enumerate() {
             let wanted = question["expected"][0].as_str().unwrap();
-            let own = tools.iter().find(|t| t.name == wanted).unwrap().clone();
+            // The definition the question was written against (BFCL reuses names).
+            let own: tether_protocol::Tool = question["functions"]
+                .as_array()
+                .and_then(|f| f.iter().find(|f| f["name"] == wanted))
+                .map(|f| serde_json::from_value(f.clone()).unwrap())
+                .unwrap_or_else(|| tools.iter().find(|t| t.name == wanted).unwrap().clone());
             // Distractors: a fixed stride through the catalogue, never the question's own.
             let mut offered: Vec<tether_protocol::Tool> = (0..)
                 .map(|k| &tools[(i * 131 + k * 17) % tools.len()])
