@@ -133,6 +133,9 @@ pub enum AgentEvent {
         /// What the server is doing.
         #[serde(skip_serializing_if = "Option::is_none")]
         message: Option<String>,
+        /// For a call the server runs as a task: the task and its status.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        task: Option<tether_mcp::TaskState>,
     },
     /// The user is being asked to approve a call.
     ApprovalRequested {
@@ -867,6 +870,7 @@ impl<'a> Agent<'a> {
                             progress: progress.progress,
                             total: progress.total,
                             message: progress.message,
+                            task: progress.task,
                         });
                     }
                 };

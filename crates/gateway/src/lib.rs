@@ -819,6 +819,7 @@ impl McpService for GatewaySession {
                     input_schema: definition.parameters,
                     output_schema: None,
                     annotations: ToolAnnotations::default(),
+                    execution: None,
                 },
             })
             .collect())

@@ -57,6 +57,7 @@ fn tool(name: &str, title: &str, description: &str, schema: Value) -> Tool {
         input_schema: json!({"type": "object"}),
         output_schema: None,
         annotations: Default::default(),
+        execution: None,
     })
 }
 

@@ -137,6 +137,20 @@ pub struct Progress {
     /// What the server is doing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// For a call the server runs as a task: the task and its status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskState>,
+}
+
+/// Where a task-augmented call stands (MCP 2025-11-25 tasks): the server's task id and its
+/// status (`working`, `input_required`, `completed`, `failed`, `cancelled`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskState {
+    /// The id the server gave the task.
+    pub task_id: String,
+    /// Its status as the server last reported it.
+    pub status: String,
 }
 
 /// What the front end provides to servers: consent, answers and display.
@@ -307,6 +321,7 @@ impl NotificationTap {
                 progress: params.progress,
                 total: params.total,
                 message: params.message.clone(),
+                task: None,
             });
         }
     }

@@ -72,6 +72,8 @@ pub struct ServerConnection {
     /// Background readers of modern `subscriptions/listen` streams; aborted on close.
     listeners: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     startup: Duration,
+    /// Tools the server runs only as tasks (`execution.taskSupport: required`), as last listed.
+    task_tools: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// One session with the server: what a restart replaces. Dropping it ends the session and
@@ -213,6 +215,7 @@ impl ServerConnection {
             listeners: Default::default(),
             log_level,
             startup: started.elapsed(),
+            task_tools: Default::default(),
         })
     }
 }
@@ -473,7 +476,26 @@ impl ServerConnection {
                 all_pages(|page| session.client.list_tools(page)),
             )
             .await?;
-        let tools: Vec<Tool> = self.convert("tools/list", tools)?;
+        let mut tools = serde_json::to_value(tools).unwrap_or_default();
+        // `execution` came through rmcp in `_meta` (see `stdio::keep_legacy_task_fields`).
+        for tool in tools.as_array_mut().into_iter().flatten() {
+            if let Some(execution) = tool
+                .get_mut("_meta")
+                .and_then(Value::as_object_mut)
+                .and_then(|meta| meta.remove(crate::stdio::EXECUTION_META))
+            {
+                tool["execution"] = execution;
+            }
+        }
+        let tools: Vec<Tool> =
+            serde_json::from_value(tools).map_err(|e| self.schema_mismatch("tools/list", e))?;
+        if let Ok(mut task_tools) = self.task_tools.lock() {
+            *task_tools = tools
+                .iter()
+                .filter(|t| t.requires_task())
+                .map(|t| t.name.clone())
+                .collect();
+        }
         Ok(tools
             .into_iter()
             .filter(|t| self.config.offers_tool(&t.name))
@@ -523,7 +545,17 @@ impl ServerConnection {
         // Not through `request`: the call keeps its own deadline, so that when it passes the
         // server is told why, instead of a second timer dropping the call first.
         let session = self.live().await?;
-        let outcome = self.call_with_progress(&session, params, progress).await;
+        let as_task = self
+            .task_tools
+            .lock()
+            .is_ok_and(|tools| tools.contains(tool));
+        let outcome = if as_task {
+            let arguments = params.arguments.clone();
+            let peer = session.client.peer();
+            crate::tasks::call_as_task(peer, tool, arguments, self.config.timeout, progress).await
+        } else {
+            self.call_with_progress(&session, params, progress).await
+        };
         let result = self.outcome(&session, &operation, outcome).await?;
         // Already JSON: read it as ours directly, rather than copying it through `convert`.
         serde_json::from_value(result).map_err(|e| self.schema_mismatch(&operation, e))
@@ -1294,6 +1326,24 @@ fn summarize(client: &RunningService<RoleClient, ClientSession>) -> ServerSummar
         for (name, value) in caps {
             if value.is_null() {
                 continue;
+            }
+            // Tasks: 2025-11-25's capability (kept under `experimental` on its way past
+            // rmcp) or 2026-07-28's extension.
+            let tasks = match name.as_str() {
+                "experimental" => value.get("tasks"),
+                "extensions" => value.get(rmcp::model::TASKS_EXTENSION_ID),
+                _ => None,
+            };
+            if let Some(tasks) = tasks {
+                capabilities.push("tasks".into());
+                for flag in ["list", "cancel"] {
+                    if tasks.get(flag).is_some() {
+                        capabilities.push(format!("tasks.{flag}"));
+                    }
+                }
+                if tasks.pointer("/requests/tools/call").is_some() {
+                    capabilities.push("tasks.requests.tools.call".into());
+                }
             }
             capabilities.push(name.clone());
             if let Value::Object(flags) = value {

@@ -19,9 +19,11 @@ pub mod serve_http;
 pub mod serve_metrics;
 pub mod sse;
 mod stdio;
+mod tasks;
 
 pub use client::{
     ElicitationAnswer, ElicitationRequest, HeadlessHost, HostHandler, Progress, Root, ServerNotice,
+    TaskState,
 };
 pub use config::{Config, SamplingPolicy, ServerConfig, Transport};
 pub use connection::{Completion, ServerConnection};

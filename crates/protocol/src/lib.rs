@@ -59,6 +59,19 @@ pub struct Tool {
     /// Behaviour hints.
     #[serde(default, skip_serializing_if = "ToolAnnotations::is_empty")]
     pub annotations: ToolAnnotations,
+    /// How the tool runs (MCP 2025-11-25): whether it may or must run as a task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<ToolExecution>,
+}
+
+/// A tool's `execution` object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolExecution {
+    /// `forbidden` (the default), `optional` or `required`: whether the tool may be called
+    /// as a task, and must be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_support: Option<String>,
 }
 
 fn empty_object_schema() -> Value {
@@ -66,6 +79,14 @@ fn empty_object_schema() -> Value {
 }
 
 impl Tool {
+    /// Whether the server runs this tool only as a task (`execution.taskSupport: required`).
+    pub fn requires_task(&self) -> bool {
+        self.execution
+            .as_ref()
+            .and_then(|e| e.task_support.as_deref())
+            == Some("required")
+    }
+
     /// The best name to show a person: the title, else the annotation title, else the name.
     pub fn display_title(&self) -> &str {
         self.title

@@ -711,10 +711,19 @@ async fn call_command(
     let spec = connection.find_tool(tool).await?;
     let arguments = crate::arguments::tool_arguments(words, &spec.input_schema)
         .map_err(|e| Failure::usage(format!("server \"{server}\": tool \"{tool}\": {e}")))?;
-    let (progress_tx, mut progress_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (progress_tx, mut progress_rx) =
+        tokio::sync::mpsc::unbounded_channel::<tether_mcp::Progress>();
     let show_progress = async {
         let mut bar = render::ProgressBar::new(tool);
         while let Some(progress) = progress_rx.recv().await {
+            // A task's steps are events of their own under --json, one line each before
+            // the result.
+            if json && let Some(task) = &progress.task {
+                println!(
+                    "{}",
+                    json!({"type": "task", "taskId": task.task_id, "status": task.status, "message": progress.message})
+                );
+            }
             bar.update(&progress);
         }
         bar.finish();

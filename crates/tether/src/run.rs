@@ -666,6 +666,7 @@ impl EventView {
                 progress,
                 total,
                 message,
+                task,
             } => {
                 self.bars
                     .entry(id)
@@ -674,6 +675,7 @@ impl EventView {
                         progress,
                         total,
                         message,
+                        task,
                     });
             }
             AgentEvent::ToolCallFinished {

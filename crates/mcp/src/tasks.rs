@@ -1,0 +1,226 @@
+//! Tool calls a server runs as tasks (MCP 2025-11-25 `tasks`, "call now, fetch later"):
+//! `tools/call` with a `task` parameter creates the task; `tasks/get` is polled at the
+//! interval the server suggests and each new status reaches the caller as progress;
+//! `tasks/result` waits for the outcome, and is also where the server delivers what it must
+//! ask the user meanwhile (an elicitation arrives as an ordinary request while it is open);
+//! `tasks/cancel` is sent when the caller gives up or the wait runs out. rmcp 3.11 models the
+//! 2026-07-28 tasks extension only, so these requests go out as custom ones and their
+//! answers are read as JSON.
+
+use std::time::Duration;
+
+use rmcp::RoleClient;
+use rmcp::model::{ClientRequest, CustomRequest};
+use rmcp::service::{Peer, ServiceError};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::client::{Progress, TaskState};
+
+/// How long we ask the server to keep a task (`task.ttl`); also how long we wait for one
+/// whose server names no ttl of its own.
+const TASK_TTL: Duration = Duration::from_secs(60 * 60);
+/// Bounds on the polling interval, whatever the server suggests.
+const POLL_AT_LEAST: Duration = Duration::from_millis(100);
+const POLL_AT_MOST: Duration = Duration::from_secs(5);
+
+/// Runs `tool` as a task and returns its `CallToolResult` as JSON. `request_timeout` bounds
+/// each request; the whole task is bounded by its ttl. Dropping the future cancels the task.
+pub(crate) async fn call_as_task(
+    peer: &Peer<RoleClient>,
+    tool: &str,
+    arguments: Option<Map<String, Value>>,
+    request_timeout: Duration,
+    progress: Option<UnboundedSender<Progress>>,
+) -> Result<Value, ServiceError> {
+    let mut params = json!({"name": tool, "task": {"ttl": TASK_TTL.as_millis() as u64}});
+    if let Some(arguments) = arguments {
+        params["arguments"] = Value::Object(arguments);
+    }
+    let created = send(peer, "tools/call", params, request_timeout).await?;
+    let Some(task) = created.get("task") else {
+        // The server ran it at once: this is the call's result.
+        return Ok(created);
+    };
+    let Some(task_id) = task
+        .get("taskId")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return Err(ServiceError::UnexpectedResponse);
+    };
+    let wait = task
+        .get("ttl")
+        .and_then(Value::as_u64)
+        .map_or(TASK_TTL, Duration::from_millis)
+        .min(TASK_TTL);
+    let mut poll = poll_interval(task);
+    let mut reporter = Reporter {
+        task_id: task_id.clone(),
+        sender: progress,
+        last: None,
+        count: 0,
+    };
+    reporter.report(task);
+    let mut guard = CancelOnDrop {
+        peer: peer.clone(),
+        task_id: Some(task_id.clone()),
+    };
+    let result = send(peer, "tasks/result", json!({"taskId": task_id}), wait);
+    tokio::pin!(result);
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut result => break outcome,
+            () = tokio::time::sleep(poll) => {
+                let status = send(peer, "tasks/get", json!({"taskId": task_id}), request_timeout);
+                if let Ok(status) = status.await {
+                    reporter.report(&status);
+                    poll = poll_interval(&status);
+                }
+            }
+        }
+    };
+    if !matches!(outcome, Err(ServiceError::Timeout { .. })) {
+        // Finished (with a result or the server's error): nothing left to cancel.
+        guard.task_id = None;
+    }
+    let result = outcome?;
+    reporter.report(&json!({"status": "completed"}));
+    Ok(result)
+}
+
+/// Sends one custom request and reads the answer as JSON.
+async fn send(
+    peer: &Peer<RoleClient>,
+    method: &str,
+    params: Value,
+    timeout: Duration,
+) -> Result<Value, ServiceError> {
+    let request = ClientRequest::CustomRequest(CustomRequest::new(method, Some(params)));
+    let answer = tokio::time::timeout(timeout, peer.send_request(request))
+        .await
+        .map_err(|_| ServiceError::Timeout { timeout })??;
+    // Serialising rmcp's own types cannot fail (string keys only).
+    Ok(serde_json::to_value(&answer).unwrap_or_default())
+}
+
+fn poll_interval(task: &Value) -> Duration {
+    task.get("pollInterval")
+        .or_else(|| task.get("pollIntervalMs"))
+        .and_then(Value::as_u64)
+        .map_or(Duration::from_secs(1), Duration::from_millis)
+        .clamp(POLL_AT_LEAST, POLL_AT_MOST)
+}
+
+/// Turns task states into progress, once per change of status or message.
+struct Reporter {
+    task_id: String,
+    sender: Option<UnboundedSender<Progress>>,
+    last: Option<(String, Option<String>)>,
+    count: u32,
+}
+
+impl Reporter {
+    fn report(&mut self, task: &Value) {
+        let Some(status) = task.get("status").and_then(Value::as_str) else {
+            return;
+        };
+        let message = task
+            .get("statusMessage")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let now = (status.to_string(), message.clone());
+        if self.last.as_ref() == Some(&now) {
+            return;
+        }
+        self.last = Some(now);
+        self.count += 1;
+        if let Some(sender) = &self.sender {
+            let _ = sender.send(Progress {
+                progress: f64::from(self.count),
+                total: None,
+                message: Some(match (status, message) {
+                    ("working", Some(message)) => message,
+                    (_, Some(message)) => format!("{status}: {message}"),
+                    (_, None) => format!("task {status}"),
+                }),
+                task: Some(TaskState {
+                    task_id: self.task_id.clone(),
+                    status: status.to_string(),
+                }),
+            });
+        }
+    }
+}
+
+/// Sends `tasks/cancel` for a task whose caller went away before it finished.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    task_id: Option<String>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(task_id) = self.task_id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let params = json!({"taskId": task_id});
+                let _ = send(&peer, "tasks/cancel", params, Duration::from_secs(5)).await;
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_poll_interval_is_the_servers_within_bounds() {
+        assert_eq!(
+            poll_interval(&json!({"pollInterval": 250})),
+            Duration::from_millis(250)
+        );
+        assert_eq!(poll_interval(&json!({"pollInterval": 1})), POLL_AT_LEAST);
+        assert_eq!(
+            poll_interval(&json!({"pollInterval": 600000})),
+            POLL_AT_MOST
+        );
+        assert_eq!(poll_interval(&json!({})), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn each_change_of_status_is_reported_once() {
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let mut reporter = Reporter {
+            task_id: "t1".into(),
+            sender: Some(sender),
+            last: None,
+            count: 0,
+        };
+        reporter.report(&json!({"status": "working"}));
+        reporter.report(&json!({"status": "working"}));
+        reporter.report(&json!({"status": "working", "statusMessage": "Analyzing"}));
+        reporter.report(&json!({"status": "input_required", "statusMessage": "Which one?"}));
+        reporter.report(&json!({"status": "completed"}));
+        let seen: Vec<(f64, String, String)> = std::iter::from_fn(|| receiver.try_recv().ok())
+            .map(|p| (p.progress, p.message.unwrap(), p.task.unwrap().status))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (1.0, "task working".into(), "working".into()),
+                (2.0, "Analyzing".into(), "working".into()),
+                (
+                    3.0,
+                    "input_required: Which one?".into(),
+                    "input_required".into()
+                ),
+                (4.0, "task completed".into(), "completed".into()),
+            ]
+        );
+    }
+}
