@@ -549,16 +549,51 @@ impl ServerConnection {
             .task_tools
             .lock()
             .is_ok_and(|tools| tools.contains(tool));
+        let arguments = params.arguments.clone();
+        let peer = session.client.peer();
+        let timeout = self.config.timeout;
         let outcome = if as_task {
-            let arguments = params.arguments.clone();
-            let peer = session.client.peer();
-            crate::tasks::call_as_task(peer, tool, arguments, self.config.timeout, progress).await
+            crate::tasks::call_as_task(peer, tool, arguments, timeout, progress).await
         } else {
-            self.call_with_progress(&session, params, progress).await
+            match self
+                .call_with_progress(&session, params, progress.clone())
+                .await
+            {
+                // Where the tool's `execution` did not reach us (HTTP transports decode in
+                // rmcp), the server's refusal says it: run it as a task, from now on too.
+                Err(ServiceError::McpError(error)) if crate::tasks::needs_task(&error) => {
+                    self.mark_task_tool(tool);
+                    crate::tasks::call_as_task(peer, tool, arguments, timeout, progress).await
+                }
+                Ok(result) if crate::tasks::refused_without_task(&result) => {
+                    self.mark_task_tool(tool);
+                    crate::tasks::call_as_task(peer, tool, arguments, timeout, progress).await
+                }
+                outcome => outcome,
+            }
         };
         let result = self.outcome(&session, &operation, outcome).await?;
         // Already JSON: read it as ours directly, rather than copying it through `convert`.
         serde_json::from_value(result).map_err(|e| self.schema_mismatch(&operation, e))
+    }
+
+    /// The server's tasks (`tasks/list`, MCP 2025-11-25), as it describes them: `taskId`,
+    /// `status`, `statusMessage`, times. Empty when it declares no task listing.
+    pub async fn list_tasks(&self) -> Result<Vec<Value>, McpError> {
+        if !self.summary.has_capability("tasks.list") {
+            return Ok(Vec::new());
+        }
+        let session = self.live().await?;
+        let peer = session.client.peer();
+        let outcome = crate::tasks::list(peer, self.config.timeout).await;
+        self.outcome(&session, "tasks/list", outcome).await
+    }
+
+    /// Remembers that `tool` runs only as a task, for the calls after this one.
+    fn mark_task_tool(&self, tool: &str) {
+        if let Ok(mut tools) = self.task_tools.lock() {
+            tools.insert(tool.to_string());
+        }
     }
 
     /// Whether the server said its tools changed since they were last listed.

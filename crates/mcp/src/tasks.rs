@@ -89,6 +89,49 @@ pub(crate) async fn call_as_task(
     Ok(result)
 }
 
+/// Whether a server refused a plain `tools/call` because the tool runs only as a task:
+/// "Method not found" naming task augmentation, as the TypeScript SDK says it.
+pub(crate) fn needs_task(error: &rmcp::model::ErrorData) -> bool {
+    error.code == rmcp::model::ErrorCode::METHOD_NOT_FOUND
+        && error.message.to_lowercase().contains("task")
+}
+
+/// Whether a tool result is the TypeScript SDK's refusal of a plain call to a task-only tool,
+/// which it sends as an `isError` result rather than an error: "MCP error -32601: Tool X
+/// requires task augmentation (taskSupport: 'required')".
+pub(crate) fn refused_without_task(result: &Value) -> bool {
+    result.get("isError") == Some(&Value::Bool(true))
+        && result
+            .pointer("/content/0/text")
+            .and_then(Value::as_str)
+            .is_some_and(|text| text.contains("requires task augmentation"))
+}
+
+/// Every task the server lists (`tasks/list`, all pages).
+pub(crate) async fn list(
+    peer: &Peer<RoleClient>,
+    timeout: Duration,
+) -> Result<Vec<Value>, ServiceError> {
+    let mut tasks = Vec::new();
+    let mut cursor: Option<String> = None;
+    // A server that keeps handing out cursors is cut off rather than followed forever.
+    for _ in 0..100 {
+        let params = cursor.map_or_else(|| json!({}), |c| json!({"cursor": c}));
+        let page = send(peer, "tasks/list", params, timeout).await?;
+        if let Some(Value::Array(items)) = page.get("tasks") {
+            tasks.extend(items.iter().cloned());
+        }
+        cursor = page
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    Ok(tasks)
+}
+
 /// Sends one custom request and reads the answer as JSON.
 async fn send(
     peer: &Peer<RoleClient>,
@@ -190,6 +233,22 @@ mod tests {
             POLL_AT_MOST
         );
         assert_eq!(poll_interval(&json!({})), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_refusal_for_want_of_a_task_is_recognised() {
+        let refusal = json!({"isError": true, "content": [{"type": "text", "text": "MCP error -32601: Tool r requires task augmentation (taskSupport: 'required')"}]});
+        assert!(refused_without_task(&refusal));
+        let other = json!({"isError": true, "content": [{"type": "text", "text": "no such city"}]});
+        assert!(!refused_without_task(&other));
+        let fine = json!({"content": [{"type": "text", "text": "requires task augmentation"}]});
+        assert!(!refused_without_task(&fine));
+        let error = rmcp::model::ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            "Tool r requires task augmentation",
+            None,
+        );
+        assert!(needs_task(&error));
     }
 
     #[test]

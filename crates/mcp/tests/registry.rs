@@ -202,3 +202,74 @@ async fn shutdown_stops_a_server_still_starting() {
     // Killed with its process group; gone once reaped (a zombie counts as stopped).
     test_support::wait_until_stopped(pid, "the gated server's shell");
 }
+
+/// A task-only tool (server-everything's `simulate-research-query`) runs as a task whose
+/// steps arrive as progress; a caller that gives up cancels the task on the server.
+#[tokio::test]
+async fn a_task_tool_reports_its_steps_and_is_cancelled_when_dropped() {
+    let servers = vec![adhoc_stdio(&everything_stdio(), &[]).unwrap()];
+    let registry = ServerRegistry::start(servers, Arc::new(tether_mcp::HeadlessHost)).await;
+    let everything = registry.connection("everything").unwrap();
+    let tools = everything.list_tools().await.unwrap();
+    let research = tools
+        .iter()
+        .find(|t| t.name == "simulate-research-query")
+        .unwrap();
+    assert!(research.requires_task(), "{:?}", research.execution);
+
+    // To the end: every step in order, then the report.
+    let (sender, mut steps) = mpsc::unbounded_channel();
+    let arguments = serde_json::json!({"topic": "rust"}).as_object().cloned();
+    let result = everything
+        .call_tool("simulate-research-query", arguments.clone(), Some(sender))
+        .await
+        .unwrap();
+    assert!(!result.is_error);
+    assert!(
+        serde_json::to_string(&result)
+            .unwrap()
+            .contains("Research Report: rust")
+    );
+    let steps: Vec<tether_mcp::Progress> = std::iter::from_fn(|| steps.try_recv().ok()).collect();
+    let messages: Vec<&str> = steps.iter().filter_map(|p| p.message.as_deref()).collect();
+    assert!(
+        messages.contains(&"Gathering sources...") && messages.last() == Some(&"task completed"),
+        "{messages:?}"
+    );
+    let id = &steps[0].task.as_ref().unwrap().task_id;
+    assert!(
+        steps
+            .iter()
+            .all(|p| &p.task.as_ref().unwrap().task_id == id)
+    );
+
+    // Given up after the first step: the server hears tasks/cancel.
+    let (sender, mut steps) = mpsc::unbounded_channel();
+    let call = everything.call_tool("simulate-research-query", arguments, Some(sender));
+    let first = tokio::select! {
+        step = steps.recv() => step.unwrap(),
+        _ = call => panic!("the task finished before its first step was seen"),
+    };
+    let id = first.task.unwrap().task_id;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let tasks = everything.list_tasks().await.unwrap();
+        let status = tasks
+            .iter()
+            .find(|t| t["taskId"] == id.as_str())
+            .map(|t| t["status"].clone());
+        if status == Some(Value::from("cancelled")) {
+            break;
+        }
+        assert!(
+            status != Some(Value::from("completed")),
+            "the dropped task ran to completion"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "task {id} never cancelled: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    registry.shutdown().await;
+}

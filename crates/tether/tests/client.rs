@@ -281,6 +281,159 @@ fn a_long_call_shows_its_progress_in_order() {
     );
 }
 
+/// server-everything's `simulate-research-query` may only run as a task (MCP 2025-11-25):
+/// the tester shows the capability and `execution.taskSupport`, runs the task with a JSON
+/// event per step, and routes the server's question (an elicitation, delivered while
+/// `tasks/result` is open) to the user; a model's call runs it the same way.
+#[test]
+fn a_task_only_tool_runs_as_a_task_from_the_shell_and_for_the_model() {
+    let dir = workdir("tasks");
+    let config = everything_config(&dir, json!({}));
+    let config = config.to_str().unwrap();
+    let servers = tether(&dir, &["--config", config, "servers"]);
+    assert!(
+        text(&servers.stdout)
+            .contains("tasks, tasks.list, tasks.cancel, tasks.requests.tools.call"),
+        "{}",
+        text(&servers.stdout)
+    );
+    let tools = tether(&dir, &["--config", config, "tools", "--json"]);
+    let tools: Value = serde_json::from_slice(&tools.stdout).unwrap();
+    let research = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "simulate-research-query")
+        .unwrap();
+    assert_eq!(research["execution"]["taskSupport"], "required");
+
+    let call = |args: &[&str]| {
+        let mut all = vec![
+            "--config",
+            config,
+            "call",
+            "everything",
+            "simulate-research-query",
+        ];
+        all.extend_from_slice(args);
+        tether(&dir, &all)
+    };
+    let output = call(&["topic=rust", "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let (steps, result): (Vec<&str>, Vec<&str>) = stdout
+        .lines()
+        .partition(|l| l.starts_with(r#"{"type":"task""#));
+    let steps: Vec<Value> = steps
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let statuses: Vec<&str> = steps
+        .iter()
+        .map(|s| s["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses.first(), Some(&"working"), "{stdout}");
+    assert_eq!(statuses.last(), Some(&"completed"), "{stdout}");
+    assert!(steps.iter().all(|s| s["taskId"] == steps[0]["taskId"]));
+    assert!(steps.iter().any(|s| s["message"] == "Analyzing content..."));
+    let result: Value = serde_json::from_str(&result.join("\n")).unwrap();
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("# Research Report: rust")
+    );
+
+    // The server's question reaches us mid-task; nobody can answer here, so it is declined.
+    let output = call(&["topic=python", "ambiguous=true"]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(text(&output.stderr).contains("asked for input; declined"));
+    assert!(text(&output.stdout).contains("User declined - using default interpretation"));
+
+    // Over HTTP rmcp decodes the messages itself and `execution` is not seen: the server's
+    // refusal of a plain call says the tool needs a task, and it is run as one.
+    for via in [
+        Via::StreamableHttp(HttpServer::everything()),
+        Via::Sse(HttpServer::everything_sse()),
+    ] {
+        let http = dir.join("http");
+        std::fs::create_dir_all(&http).unwrap();
+        let config = everything_config_via(&http, &via, json!({}));
+        let output = tether(
+            &http,
+            &[
+                "--config",
+                config.to_str().unwrap(),
+                "call",
+                "everything",
+                "simulate-research-query",
+                "topic=waves",
+            ],
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}: {}",
+            via.name(),
+            text(&output.stderr)
+        );
+        assert!(
+            text(&output.stdout).contains("# Research Report: waves"),
+            "{}",
+            via.name()
+        );
+        assert!(
+            text(&output.stderr).contains("Gathering sources"),
+            "{}",
+            via.name()
+        );
+    }
+
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call(
+                "c1",
+                "everything__simulate-research-query",
+                r#"{"topic": "tides"}"#,
+            ),
+            Reply::text("Done."),
+        ],
+    );
+    let base = model.base_url();
+    let output = tether(
+        &dir,
+        &[
+            "--config",
+            config,
+            "run",
+            "--json",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &base,
+            "research tides",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let events = events(&output);
+    let finished = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished")
+        .unwrap();
+    assert_eq!(finished["is_error"], false, "{finished}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "tool_progress" && e["task"]["status"] == "working")
+    );
+    let sent = model.requests();
+    let told = sent[1].body.to_string();
+    assert!(told.contains("Research Report: tides"), "{told}");
+}
+
 #[test]
 fn run_reports_progress_events_before_the_result() {
     let dir = workdir("run-progress");
