@@ -793,7 +793,16 @@ impl McpService for GatewaySession {
             completions: any("completions"),
             logging: true,
             list_changed: true,
+            tasks: any("tasks"),
         }
+    }
+
+    fn runs_as_task(&self, name: &str, caller: &Caller) -> bool {
+        let snapshot = self.snapshot_for(caller);
+        matches!(
+            self.resolve(&snapshot, name, Value::Null),
+            Resolved::Tool { tool, .. } if tool.tool.requires_task()
+        )
     }
 
     async fn list_tools(&self, caller: &Caller) -> Result<Vec<Tool>, ServeError> {

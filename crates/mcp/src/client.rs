@@ -372,6 +372,7 @@ fn capabilities() -> ClientCapabilities {
         "roots": {"listChanged": true},
         "sampling": {"tools": {}},
         "elicitation": {"form": {}, "url": {}},
+        "extensions": {"io.modelcontextprotocol/tasks": {}},
     }))
     .unwrap_or_default()
 }
@@ -420,30 +421,40 @@ impl ClientHandler for ClientSession {
         _context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
         let wire = serde_json::to_value(&request).unwrap_or_default();
-        let text = |key: &str| {
-            wire.get(key)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
-        let request = match wire.get("mode").and_then(Value::as_str) {
-            Some("url") => ElicitationRequest::Url {
-                message: text("message"),
-                url: text("url"),
-                elicitation_id: text("elicitationId"),
-            },
-            _ => ElicitationRequest::Form {
-                message: text("message"),
-                schema: wire.get("requestedSchema").cloned().unwrap_or_default(),
-            },
-        };
-        let answer = match self.host.elicit(&self.server, request).await {
-            ElicitationAnswer::Accept(content) if content.is_empty() => json!({"action": "accept"}),
-            ElicitationAnswer::Accept(content) => json!({"action": "accept", "content": content}),
-            ElicitationAnswer::Decline => json!({"action": "decline"}),
-            ElicitationAnswer::Cancel => json!({"action": "cancel"}),
-        };
+        let answer = elicitation_answer(self.host.as_ref(), &self.server, &wire).await;
         serde_json::from_value(answer).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
+}
+
+/// Asks `host` an elicitation of `server` (its params in the wire shape) and returns the
+/// answer in the wire shape of `ElicitResult`.
+pub(crate) async fn elicitation_answer(
+    host: &dyn HostHandler,
+    server: &str,
+    wire: &Value,
+) -> Value {
+    let text = |key: &str| {
+        wire.get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let request = match wire.get("mode").and_then(Value::as_str) {
+        Some("url") => ElicitationRequest::Url {
+            message: text("message"),
+            url: text("url"),
+            elicitation_id: text("elicitationId"),
+        },
+        _ => ElicitationRequest::Form {
+            message: text("message"),
+            schema: wire.get("requestedSchema").cloned().unwrap_or_default(),
+        },
+    };
+    match host.elicit(server, request).await {
+        ElicitationAnswer::Accept(content) if content.is_empty() => json!({"action": "accept"}),
+        ElicitationAnswer::Accept(content) => json!({"action": "accept", "content": content}),
+        ElicitationAnswer::Decline => json!({"action": "decline"}),
+        ElicitationAnswer::Cancel => json!({"action": "cancel"}),
     }
 }
 

@@ -589,6 +589,26 @@ impl ServerConnection {
         self.outcome(&session, "tasks/list", outcome).await
     }
 
+    /// One task's state as the server describes it (`tasks/get`, either era): `taskId`,
+    /// `status`, `statusMessage`, and the result or error once it has ended.
+    pub async fn task(&self, task_id: &str) -> Result<Value, McpError> {
+        let session = self.live().await?;
+        let peer = session.client.peer();
+        let operation = format!("task \"{task_id}\"");
+        let outcome = if self.summary.era == ProtocolEra::Modern {
+            let get = peer.get_task(rmcp::model::GetTaskParams::new(task_id));
+            tokio::time::timeout(self.config.timeout, get)
+                .await
+                .unwrap_or(Err(ServiceError::Timeout {
+                    timeout: self.config.timeout,
+                }))
+                .map(|task| serde_json::to_value(task).unwrap_or_default())
+        } else {
+            crate::tasks::get(peer, task_id, self.config.timeout).await
+        };
+        self.outcome(&session, &operation, outcome).await
+    }
+
     /// Remembers that `tool` runs only as a task, for the calls after this one.
     fn mark_task_tool(&self, tool: &str) {
         if let Ok(mut tools) = self.task_tools.lock() {
@@ -616,6 +636,7 @@ impl ServerConnection {
         progress: Option<UnboundedSender<Progress>>,
     ) -> Result<Value, ServiceError> {
         let peer = session.client.peer();
+        let task_progress = progress.clone();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
         let mut options = PeerRequestOptions::no_options();
         if let Some(level) = self.log_level
@@ -659,6 +680,12 @@ impl ServerConnection {
         }
         match result? {
             ServerResult::CallToolResult(result) => Ok(to_value(&result)),
+            // A modern server made the call a task (the tasks extension we declare).
+            ServerResult::CreateTaskResult(created) => {
+                let host = (self.host.as_ref(), self.config.name.as_str());
+                crate::tasks::follow(peer, host, created.task, self.config.timeout, task_progress)
+                    .await
+            }
             // A modern server needs input first: rmcp's helper runs the rounds through our
             // handler and re-issues the call, which MRTR makes safe (the server is stateless).
             ServerResult::InputRequiredResult(_) => {

@@ -15,7 +15,11 @@ use rmcp::model::{
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
     ReadResourceResponse, ServerConfig as ServerInfo, SetLevelRequestParams, SubscriptionFilter,
 };
+use rmcp::model::{
+    CancelTaskParams, CreateTaskResult, GetTaskParams, GetTaskResult, UpdateTaskParams,
+};
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -47,6 +51,9 @@ pub struct ServiceInfo {
     pub logging: bool,
     /// It announces list changes (`listChanged` on each list it serves).
     pub list_changed: bool,
+    /// Some of its tools run as tasks for clients that take them (the 2026-07-28 tasks
+    /// extension); see [`McpService::runs_as_task`].
+    pub tasks: bool,
 }
 
 /// Why a served request failed; each maps to one JSON-RPC error code.
@@ -259,6 +266,11 @@ pub trait McpService: Send + Sync + 'static {
         arguments: Map<String, Value>,
         caller: &Caller,
     ) -> Result<ToolResult, ServeError>;
+    /// Whether a call of `name` should become a task for a client that takes tasks: the
+    /// client gets a task id at once and polls, instead of holding a request open.
+    fn runs_as_task(&self, _name: &str, _caller: &Caller) -> bool {
+        false
+    }
     /// Its resources.
     async fn list_resources(&self) -> Result<Vec<Resource>, ServeError> {
         Ok(Vec::new())
@@ -310,12 +322,18 @@ pub trait McpService: Send + Sync + 'static {
 /// Any [`McpService`] as an rmcp server.
 pub struct ServedService<S: ?Sized> {
     service: Arc<S>,
+    /// Calls running as tasks (2026-07-28 tasks extension), shared by every session of the
+    /// service so a poll may arrive on any of them.
+    tasks: TaskManager,
 }
 
 impl<S: McpService + ?Sized> ServedService<S> {
     /// Wraps `service`.
     pub fn new(service: Arc<S>) -> ServedService<S> {
-        ServedService { service }
+        ServedService {
+            service,
+            tasks: TaskManager::new(),
+        }
     }
 }
 
@@ -323,6 +341,7 @@ impl<S: ?Sized> Clone for ServedService<S> {
     fn clone(&self) -> Self {
         ServedService {
             service: self.service.clone(),
+            tasks: self.tasks.clone(),
         }
     }
 }
@@ -464,6 +483,9 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
         if info.logging {
             capabilities["logging"] = json!({});
         }
+        if info.tasks {
+            capabilities["extensions"] = json!({ (rmcp::model::TASKS_EXTENSION_ID): {} });
+        }
         let mut value = json!({
             "protocolVersion": "2025-11-25",
             "capabilities": capabilities,
@@ -543,8 +565,33 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let caller = Caller { context };
+        let takes_tasks = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        let mut caller = Caller { context };
         let arguments = request.arguments.unwrap_or_default();
+        if takes_tasks
+            && self.service.info().tasks
+            && self.service.runs_as_task(&request.name, &caller)
+        {
+            // The task outlives the request that created it: only `tasks/cancel` stops it.
+            caller.context.ct = tokio_util::sync::CancellationToken::new();
+            let service = self.service.clone();
+            let name = request.name.to_string();
+            let task = self.tasks.spawn(TaskOptions::new(), move |task| {
+                Box::pin(async move {
+                    tokio::select! {
+                        result = service.call_tool(&name, arguments, &caller) => {
+                            let result = result.map_err(ServeError::into_error_data)?;
+                            Ok(self::result(to_json(result))?)
+                        }
+                        // Dropping the call cancels it upstream, as for any dropped call.
+                        () = task.cancelled() => Err(TaskExit::Cancelled),
+                    }
+                })
+            });
+            return Ok(CallToolResponse::Task(CreateTaskResult::new(task)));
+        }
         let result = self
             .service
             .call_tool(&request.name, arguments, &caller)
@@ -552,6 +599,31 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             .map_err(ServeError::into_error_data)?;
         let result: rmcp::model::CallToolResult = self::result(to_json(result))?;
         Ok(result.into())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        Ok(GetTaskResult::new(self.tasks.get_task(&request.task_id)?))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks.cancel_task(&request.task_id)
     }
 
     async fn list_resources(

@@ -6,16 +6,24 @@
 //! `tasks/cancel` is sent when the caller gives up or the wait runs out. rmcp 3.11 models the
 //! 2026-07-28 tasks extension only, so these requests go out as custom ones and their
 //! answers are read as JSON.
+//!
+//! The 2026-07-28 tasks extension ([`follow`]) is the server's choice instead: it answers a
+//! `tools/call` from a client that declared the extension with a task, which is polled with
+//! `tasks/get` until it carries the result; questions arrive in it as `inputRequests` and
+//! are answered with `tasks/update`.
 
 use std::time::Duration;
 
 use rmcp::RoleClient;
-use rmcp::model::{ClientRequest, CustomRequest};
+use rmcp::model::{
+    CancelTaskParams, ClientRequest, CustomRequest, ErrorData, GetTaskParams, TaskPayload,
+    UpdateTaskParams,
+};
 use rmcp::service::{Peer, ServiceError};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::client::{Progress, TaskState};
+use crate::client::{HostHandler, Progress, TaskState};
 
 /// How long we ask the server to keep a task (`task.ttl`); also how long we wait for one
 /// whose server names no ttl of its own.
@@ -65,6 +73,7 @@ pub(crate) async fn call_as_task(
     let mut guard = CancelOnDrop {
         peer: peer.clone(),
         task_id: Some(task_id.clone()),
+        modern: false,
     };
     let result = send(peer, "tasks/result", json!({"taskId": task_id}), wait);
     tokio::pin!(result);
@@ -107,6 +116,15 @@ pub(crate) fn refused_without_task(result: &Value) -> bool {
             .is_some_and(|text| text.contains("requires task augmentation"))
 }
 
+/// One task's state (`tasks/get`, 2025-11-25).
+pub(crate) async fn get(
+    peer: &Peer<RoleClient>,
+    task_id: &str,
+    timeout: Duration,
+) -> Result<Value, ServiceError> {
+    send(peer, "tasks/get", json!({"taskId": task_id}), timeout).await
+}
+
 /// Every task the server lists (`tasks/list`, all pages).
 pub(crate) async fn list(
     peer: &Peer<RoleClient>,
@@ -130,6 +148,113 @@ pub(crate) async fn list(
         }
     }
     Ok(tasks)
+}
+
+/// Follows a task a modern server created for a call until it ends, and returns the call's
+/// result as JSON. `host` (with the server's name) answers the questions the task asks.
+pub(crate) async fn follow(
+    peer: &Peer<RoleClient>,
+    host: (&dyn HostHandler, &str),
+    task: rmcp::model::Task,
+    request_timeout: Duration,
+    progress: Option<UnboundedSender<Progress>>,
+) -> Result<Value, ServiceError> {
+    let task_id = task.task_id.clone();
+    let wait = task
+        .ttl_ms
+        .map_or(TASK_TTL, Duration::from_millis)
+        .min(TASK_TTL);
+    let deadline = tokio::time::Instant::now() + wait;
+    let seed = serde_json::to_value(&task).unwrap_or_default();
+    let mut poll = poll_interval(&seed);
+    let mut reporter = Reporter {
+        task_id: task_id.clone(),
+        sender: progress,
+        last: None,
+        count: 0,
+    };
+    reporter.report(&seed);
+    let mut guard = CancelOnDrop {
+        peer: peer.clone(),
+        task_id: Some(task_id.clone()),
+        modern: true,
+    };
+    let mut answered: Vec<String> = Vec::new();
+    loop {
+        if tokio::time::Instant::now() + poll > deadline {
+            return Err(ServiceError::Timeout { timeout: wait });
+        }
+        tokio::time::sleep(poll).await;
+        let get = peer.get_task(GetTaskParams::new(task_id.clone()));
+        let current = tokio::time::timeout(request_timeout, get)
+            .await
+            .map_err(|_| ServiceError::Timeout {
+                timeout: request_timeout,
+            })??;
+        let value = serde_json::to_value(&current).unwrap_or_default();
+        reporter.report(&value);
+        poll = poll_interval(&value);
+        match current.task.payload {
+            TaskPayload::Completed { result } => {
+                guard.task_id = None;
+                return Ok(Value::Object(result));
+            }
+            TaskPayload::Failed { error } => {
+                guard.task_id = None;
+                let error = serde_json::from_value(Value::Object(error)).unwrap_or_else(|_| {
+                    ErrorData::internal_error("the task failed without saying why", None)
+                });
+                return Err(ServiceError::McpError(error));
+            }
+            TaskPayload::Cancelled => {
+                guard.task_id = None;
+                return Err(ServiceError::McpError(ErrorData::internal_error(
+                    "the server cancelled the task",
+                    None,
+                )));
+            }
+            TaskPayload::InputRequired { input_requests } => {
+                let requests = serde_json::to_value(&input_requests).unwrap_or_default();
+                let mut responses = Map::new();
+                for (key, request) in requests.as_object().into_iter().flatten() {
+                    if answered.contains(key) {
+                        continue;
+                    }
+                    responses.insert(key.clone(), answer(host, request).await);
+                    answered.push(key.clone());
+                }
+                if !responses.is_empty() {
+                    let responses = serde_json::from_value(Value::Object(responses))
+                        .map_err(|_| ServiceError::UnexpectedResponse)?;
+                    let update =
+                        peer.update_task(UpdateTaskParams::new(task_id.clone(), responses));
+                    tokio::time::timeout(request_timeout, update)
+                        .await
+                        .map_err(|_| ServiceError::Timeout {
+                            timeout: request_timeout,
+                        })??;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The user's (or the host's) answer to one question a task asks (`elicitation/create`,
+/// `sampling/createMessage` or `roots/list`), in the wire shape of its result.
+async fn answer((host, server): (&dyn HostHandler, &str), request: &Value) -> Value {
+    let params = request.get("params").cloned().unwrap_or_default();
+    match request.get("method").and_then(Value::as_str) {
+        Some("elicitation/create") => {
+            crate::client::elicitation_answer(host, server, &params).await
+        }
+        Some("sampling/createMessage") => match host.sample(server, params).await {
+            Ok(result) => result,
+            Err(why) => json!({"error": why}),
+        },
+        Some("roots/list") => json!({"roots": host.roots()}),
+        _ => json!({}),
+    }
 }
 
 /// Sends one custom request and reads the answer as JSON.
@@ -200,6 +325,8 @@ impl Reporter {
 struct CancelOnDrop {
     peer: Peer<RoleClient>,
     task_id: Option<String>,
+    /// A 2026-07-28 task (rmcp's typed request) rather than a 2025-11-25 one.
+    modern: bool,
 }
 
 impl Drop for CancelOnDrop {
@@ -207,11 +334,16 @@ impl Drop for CancelOnDrop {
         let Some(task_id) = self.task_id.take() else {
             return;
         };
-        let peer = self.peer.clone();
+        let (peer, modern) = (self.peer.clone(), self.modern);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                let params = json!({"taskId": task_id});
-                let _ = send(&peer, "tasks/cancel", params, Duration::from_secs(5)).await;
+                let limit = Duration::from_secs(5);
+                if modern {
+                    let cancel = peer.cancel_task(CancelTaskParams::new(task_id));
+                    let _ = tokio::time::timeout(limit, cancel).await;
+                } else {
+                    let _ = send(&peer, "tasks/cancel", json!({"taskId": task_id}), limit).await;
+                }
             });
         }
     }

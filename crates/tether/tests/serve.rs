@@ -728,3 +728,84 @@ fn traces_go_to_the_otlp_endpoint_a_span_per_request_with_a_child_per_upstream_c
     let service = &received.lock().unwrap()[0]["resourceSpans"][0]["resource"]["attributes"];
     assert!(service.to_string().contains("\"tether\""), "{service}");
 }
+
+/// A task-only upstream tool (server-everything's `simulate-research-query`, a 2025-11-25
+/// task) is served to a 2026-07-28 client that takes tasks as a task of the gateway's own:
+/// Tether as that client gets the task id at once, polls it to the report, and a call it
+/// drops is cancelled on the gateway.
+#[tokio::test]
+async fn the_gateway_serves_a_task_tool_as_a_task_to_a_modern_client_and_cancels_it() {
+    let (code, stdout, stderr) = tether_through_gateway(
+        "tasks",
+        one_server(json!({})),
+        &[
+            "--prefixed",
+            "call",
+            "gw",
+            "everything__simulate-research-query",
+            "topic=tides",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let steps: Vec<Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with(r#"{"type":"task""#))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let statuses: Vec<&str> = steps
+        .iter()
+        .map(|s| s["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses.first(), Some(&"working"), "{stdout}");
+    assert_eq!(statuses.last(), Some(&"completed"), "{stdout}");
+    assert!(stdout.contains("# Research Report: tides"), "{stdout}");
+
+    // The same through the library, to drop the call half-way.
+    let dir = scratch_dir("serve", "tasks-cancel");
+    std::fs::write(dir.join("inner.json"), one_server(json!({})).to_string()).unwrap();
+    let line = format!(
+        "{} serve --config {}",
+        tether(),
+        dir.join("inner.json").display()
+    );
+    let gateway = tether_mcp::config::adhoc_stdio(&line, &[]).unwrap();
+    let name = gateway.name.clone();
+    let registry = tether_mcp::ServerRegistry::start(
+        vec![gateway],
+        std::sync::Arc::new(tether_mcp::HeadlessHost),
+    )
+    .await;
+    let connection = registry.connection(&name).unwrap();
+    assert_eq!(connection.summary().protocol_version, "2026-07-28");
+    assert!(connection.summary().has_capability("tasks"));
+    let (sender, mut steps) = tokio::sync::mpsc::unbounded_channel();
+    let arguments = json!({"topic": "waves"}).as_object().cloned();
+    let call = connection.call_tool(
+        "everything__simulate-research-query",
+        arguments,
+        Some(sender),
+    );
+    let first = tokio::select! {
+        step = steps.recv() => step.unwrap(),
+        _ = call => panic!("the task finished before its first step was seen"),
+    };
+    let id = first.task.unwrap().task_id;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let task = connection.task(&id).await.unwrap();
+        if task["status"] == "cancelled" {
+            break;
+        }
+        assert_ne!(
+            task["status"], "completed",
+            "the dropped task ran to completion"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "task {id} never cancelled: {task}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    registry.shutdown().await;
+}
