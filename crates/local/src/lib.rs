@@ -398,10 +398,8 @@ fn generate(
     ]);
 
     let mut text = String::new();
-    // An answer is held back until it shows it is not a tool call in disguise: a small model
-    // that has just seen a result sometimes starts another `{"tool": …` call, which must never
-    // reach the user as the answer, cut off or not.
-    let mut held = String::new();
+    // An answer after a result is held until it is clearly not another call (`CallGuard`).
+    let mut call_guard = CallGuard::default();
     let mut holding = mode == CallMode::Answer && fallback.is_some();
     let mut pending_bytes: Vec<u8> = Vec::new();
     let mut echo_guard = EchoGuard::default();
@@ -435,22 +433,25 @@ fn generate(
             pending_bytes.drain(..valid);
             text.push_str(&piece);
             let piece = if holding {
-                held.push_str(&piece);
-                let start = held.trim_start();
-                if start.starts_with(['{', '[', '`']) {
-                    // A call again: answer from the result instead.
-                    if let Some(sentence) = fallback {
-                        let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(sentence.to_string())));
+                match call_guard.push(&piece) {
+                    Held::Call => {
+                        // A call again: answer from the result instead.
+                        if let Some(sentence) = fallback {
+                            let _ =
+                                tx.unbounded_send(Ok(StreamEvent::TextDelta(sentence.to_string())));
+                        }
+                        stop = StopReason::EndTurn;
+                        break;
                     }
-                    stop = StopReason::EndTurn;
-                    break;
+                    Held::Wait => {
+                        continue_decoding(&mut batch, token, &mut position, &mut context, &fail)?;
+                        continue;
+                    }
+                    Held::Release(text) => {
+                        holding = false;
+                        text
+                    }
                 }
-                if start.chars().count() < 2 {
-                    continue_decoding(&mut batch, token, &mut position, &mut context, &fail)?;
-                    continue;
-                }
-                holding = false;
-                std::mem::take(&mut held)
             } else {
                 piece
             };
@@ -491,6 +492,7 @@ fn generate(
         }
         continue_decoding(&mut batch, token, &mut position, &mut context, &fail)?;
     }
+    let held = call_guard.finish();
     if holding && !held.is_empty() {
         let (held, _) = echo_guard.push(&held);
         let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(held)));
@@ -636,6 +638,44 @@ fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
 /// sometimes recites as part of its answer.
 const OUR_INSTRUCTION: &[&str] = &["you can use this to answer", "use this to answer"];
 
+/// Holds the start of an answer given after a tool result until it shows it is not another
+/// tool call: a small model that has just seen a result sometimes starts a second
+/// `{"tool": …` call, which must never reach the user as the answer, cut off or not.
+#[derive(Debug, Default)]
+struct CallGuard {
+    held: String,
+}
+
+/// What [`CallGuard::push`] decided.
+#[derive(Debug, PartialEq)]
+enum Held {
+    /// Too little to tell yet.
+    Wait,
+    /// An answer: this much (with what was held) can be shown.
+    Release(String),
+    /// A call in disguise: drop it and answer from the result instead.
+    Call,
+}
+
+impl CallGuard {
+    fn push(&mut self, piece: &str) -> Held {
+        self.held.push_str(piece);
+        let start = self.held.trim_start();
+        if start.starts_with(['{', '[', '`']) {
+            return Held::Call;
+        }
+        if start.chars().count() < 2 {
+            return Held::Wait;
+        }
+        Held::Release(std::mem::take(&mut self.held))
+    }
+
+    /// What is still held when generation ends.
+    fn finish(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+}
+
 /// Keeps our own prompt text out of a streamed answer: text that may be the start of one of
 /// `OUR_INSTRUCTION`'s phrasings is held back until it is clearly not, and the answer ends
 /// where the recital begins.
@@ -755,6 +795,21 @@ mod tests {
         let mut guard = EchoGuard::default();
         assert_eq!(guard.push("It is 30. U").0, "It is 30.");
         assert_eq!(guard.finish(), " U");
+    }
+
+    #[test]
+    fn a_second_call_never_becomes_the_answer() {
+        let mut guard = CallGuard::default();
+        assert_eq!(guard.push(" "), Held::Wait);
+        assert_eq!(guard.push("{\"to"), Held::Call, "cut off after a few bytes");
+        let mut guard = CallGuard::default();
+        assert_eq!(guard.push("```"), Held::Call, "a fenced call");
+        let mut guard = CallGuard::default();
+        assert_eq!(guard.push("I"), Held::Wait);
+        assert_eq!(guard.push("t is 30."), Held::Release("It is 30.".into()));
+        let mut guard = CallGuard::default();
+        assert_eq!(guard.push("3"), Held::Wait);
+        assert_eq!(guard.finish(), "3", "a one-character answer is still given");
     }
 
     #[test]
