@@ -843,13 +843,14 @@ impl McpService for GatewaySession {
         traces::client_request(
             "tools/call",
             Some(name),
+            caller.traceparent(),
             self.call_tool_untraced(name, arguments, caller),
         )
         .await
     }
 
     async fn list_resources(&self) -> Result<Vec<Resource>, ServeError> {
-        traces::client_request("resources/list", None, async {
+        traces::client_request("resources/list", None, None, async {
             Ok::<_, ServeError>(self.gateway.list_resources().await)
         })
         .await
@@ -863,13 +864,14 @@ impl McpService for GatewaySession {
         traces::client_request(
             "resources/read",
             Some(uri),
+            None,
             self.read_resource_untraced(uri),
         )
         .await
     }
 
     async fn list_prompts(&self) -> Result<Vec<Prompt>, ServeError> {
-        traces::client_request("prompts/list", None, self.list_prompts_untraced()).await
+        traces::client_request("prompts/list", None, None, self.list_prompts_untraced()).await
     }
 
     async fn get_prompt(
@@ -880,6 +882,7 @@ impl McpService for GatewaySession {
         traces::client_request(
             "prompts/get",
             Some(name),
+            None,
             self.get_prompt_untraced(name, arguments),
         )
         .await

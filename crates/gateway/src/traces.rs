@@ -2,19 +2,26 @@
 //! semantic conventions say: `tools/call everything__echo`), with a child per upstream call
 //! (kind client). They go to whatever tracer provider the binary installed: OTLP when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, otherwise the no-op provider, whose spans cost next to
-//! nothing. Only the OpenTelemetry API is used here; the SDK and exporter live in the binary.
+//! nothing. A client that sends a W3C `traceparent` (in `_meta` or as an HTTP header) gets
+//! the request span as a child of its own, so one trace runs from the client through the
+//! gateway. Only the OpenTelemetry API is used here; the SDK and exporter live in the binary.
 
 use std::future::Future;
 
-use opentelemetry::trace::{FutureExt, SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{
+    FutureExt, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId,
+    TraceState, Tracer,
+};
 use opentelemetry::{Context, KeyValue, global};
 
 const TRACER: &str = "tether-gateway";
 
-/// Runs `work` inside a span for one client request; an `Err` marks the span failed.
+/// Runs `work` inside a span for one client request, a child of the client's `traceparent`
+/// when it sent one; an `Err` marks the span failed.
 pub(crate) async fn client_request<T, E: std::fmt::Display>(
     method: &'static str,
     target: Option<&str>,
+    traceparent: Option<&str>,
     work: impl Future<Output = Result<T, E>>,
 ) -> Result<T, E> {
     let tracer = global::tracer(TRACER);
@@ -29,7 +36,10 @@ pub(crate) async fn client_request<T, E: std::fmt::Display>(
         })
         .with_kind(SpanKind::Server)
         .with_attributes(attributes)
-        .start(&tracer);
+        .start_with_context(
+            &tracer,
+            &traceparent.and_then(remote_parent).unwrap_or_default(),
+        );
     let context = Context::current_with_span(span);
     let result = work.with_context(context.clone()).await;
     if let Err(error) = &result {
@@ -67,11 +77,75 @@ pub(crate) async fn upstream<T>(
     output
 }
 
+/// A W3C `traceparent` (`00-<trace id>-<parent span id>-<flags>`) as the remote parent of a
+/// span; `None` for anything malformed, all-zero ids and the forbidden version `ff` included.
+fn remote_parent(traceparent: &str) -> Option<Context> {
+    let mut parts = traceparent.trim().split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let well_formed = [(version, 2), (trace, 32), (span, 16), (flags, 2)]
+        .iter()
+        .all(|(part, len)| part.len() == *len && hex(part));
+    // Version 00 has exactly four fields; later versions may add more.
+    if !well_formed || version == "ff" || (version == "00" && parts.next().is_some()) {
+        return None;
+    }
+    let trace_id = TraceId::from_hex(trace).ok()?;
+    let span_id = SpanId::from_hex(span).ok()?;
+    if trace_id == TraceId::INVALID || span_id == SpanId::INVALID {
+        return None;
+    }
+    let sampled = u8::from_str_radix(flags, 16).ok()? & 1;
+    let parent = SpanContext::new(
+        trace_id,
+        span_id,
+        TraceFlags::new(sampled),
+        true,
+        TraceState::default(),
+    );
+    Some(Context::new().with_remote_span_context(parent))
+}
+
 fn target_key(method: &str) -> &'static str {
     match method {
         "tools/call" => "gen_ai.tool.name",
         "prompts/get" => "gen_ai.prompt.name",
         "resources/read" => "mcp.resource.uri",
         _ => "mcp.target",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_is_read_as_w3c_defines_it() {
+        let parent =
+            remote_parent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        let span = parent.span();
+        let context = span.span_context();
+        assert_eq!(
+            context.trace_id().to_string(),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(context.span_id().to_string(), "00f067aa0ba902b7");
+        assert!(context.is_remote() && context.is_sampled());
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+        ] {
+            assert!(remote_parent(bad).is_none(), "{bad}");
+        }
     }
 }

@@ -178,6 +178,21 @@ impl Caller {
             .is_some_and(|c| !c.is_null())
     }
 
+    /// The W3C trace context the client sent with this request: `_meta.traceparent`, as MCP
+    /// carries it, else the HTTP `traceparent` header.
+    pub fn traceparent(&self) -> Option<&str> {
+        if let Some(value) = self.context.meta.get("traceparent").and_then(Value::as_str) {
+            return Some(value);
+        }
+        self.context
+            .extensions
+            .get::<http::request::Parts>()?
+            .headers
+            .get("traceparent")?
+            .to_str()
+            .ok()
+    }
+
     /// Who sent this request over HTTP, when the endpoint authenticates; `None` on stdio and
     /// on an open loopback endpoint.
     pub fn principal(&self) -> Option<&crate::serve_auth::Principal> {

@@ -725,8 +725,109 @@ fn traces_go_to_the_otlp_endpoint_a_span_per_request_with_a_child_per_upstream_c
         attribute(&request, "mcp.method.name"),
         Some(json!("tools/call"))
     );
-    let service = &received.lock().unwrap()[0]["resourceSpans"][0]["resource"]["attributes"];
+    let service = received.lock().unwrap()[0]["resourceSpans"][0]["resource"]["attributes"].clone();
     assert!(service.to_string().contains("\"tether\""), "{service}");
+
+    // A client's own trace continues through the gateway: its `traceparent`, in `_meta` as
+    // MCP carries it or as an HTTP header, is the parent of the request span.
+    let in_meta = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let in_header = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let traceparent = |(trace, span): (&str, &str)| format!("00-{trace}-{span}-01");
+    let answer = modern_call(
+        &gateway.url,
+        "everything__get-sum",
+        json!({"a": 2, "b": 3}),
+        Some(&traceparent(in_meta)),
+        None,
+    );
+    assert!(answer.contains("The sum of 2 and 3 is 5"), "{answer}");
+    let answer = modern_call(
+        &gateway.url,
+        "everything__echo",
+        json!({"message": "traced"}),
+        None,
+        Some(&traceparent(in_header)),
+    );
+    assert!(answer.contains("traced"), "{answer}");
+    for (name, (trace, span)) in [
+        ("tools/call everything__get-sum", in_meta),
+        ("tools/call everything__echo", in_header),
+    ] {
+        let deadline = std::time::Instant::now() + DEADLINE;
+        loop {
+            let spans = received.lock().unwrap().clone();
+            let continued = spans.iter().any(|batch| {
+                batch.to_string().contains(trace) && {
+                    let text = batch.to_string();
+                    text.contains(name) && text.contains(&format!("\"parentSpanId\":\"{span}\""))
+                }
+            });
+            if continued {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no span \"{name}\" in trace {trace} under span {span}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// One stateless 2026-07-28 `tools/call` over raw HTTP, with a `traceparent` in `_meta`
+/// and/or as a header; returns the whole response.
+fn modern_call(
+    url: &str,
+    tool: &str,
+    arguments: Value,
+    meta_traceparent: Option<&str>,
+    header_traceparent: Option<&str>,
+) -> String {
+    use std::io::Write;
+    let mut meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "trace-test", "version": "1"},
+    });
+    if let Some(traceparent) = meta_traceparent {
+        meta["traceparent"] = json!(traceparent);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments, "_meta": meta}})
+    .to_string();
+    let address = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut stream = std::net::TcpStream::connect(&address).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    let header = header_traceparent
+        .map(|t| format!("traceparent: {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+         Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\n{header}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // The answer may come as an SSE stream that stays open: read until it holds the result.
+    let mut response = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&response).contains(r#""id":1"#) {
+        let n = stream.read(&mut buffer).unwrap();
+        assert!(
+            n > 0,
+            "closed without an answer: {}",
+            String::from_utf8_lossy(&response)
+        );
+        response.extend_from_slice(&buffer[..n]);
+    }
+    String::from_utf8_lossy(&response).into_owned()
 }
 
 /// A task-only upstream tool (server-everything's `simulate-research-query`, a 2025-11-25
