@@ -798,6 +798,14 @@ impl McpService for GatewaySession {
     }
 
     fn runs_as_task(&self, name: &str, caller: &Caller) -> bool {
+        let upstream_tasks = self
+            .gateway
+            .registry
+            .connections()
+            .any(|c| c.summary().has_capability("tasks"));
+        if !upstream_tasks {
+            return false;
+        }
         let snapshot = self.snapshot_for(caller);
         matches!(
             self.resolve(&snapshot, name, Value::Null),

@@ -282,7 +282,8 @@ pub trait McpService: Send + Sync + 'static {
         caller: &Caller,
     ) -> Result<ToolResult, ServeError>;
     /// Whether a call of `name` should become a task for a client that takes tasks: the
-    /// client gets a task id at once and polls, instead of holding a request open.
+    /// client gets a task id at once and polls, instead of holding a request open. Asked on
+    /// every tool call from such a client, so it must be cheap.
     fn runs_as_task(&self, _name: &str, _caller: &Caller) -> bool {
         false
     }
@@ -585,10 +586,8 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             .is_some_and(|c| c.supports_tasks());
         let mut caller = Caller { context };
         let arguments = request.arguments.unwrap_or_default();
-        if takes_tasks
-            && self.service.info().tasks
-            && self.service.runs_as_task(&request.name, &caller)
-        {
+        // `runs_as_task` before anything else: `info()` builds text, and this is the hot path.
+        if takes_tasks && self.service.runs_as_task(&request.name, &caller) {
             // The task outlives the request that created it: only `tasks/cancel` stops it.
             caller.context.ct = tokio_util::sync::CancellationToken::new();
             let service = self.service.clone();
