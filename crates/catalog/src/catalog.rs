@@ -249,7 +249,7 @@ impl Pinning {
 /// What a refresh changed.
 #[derive(Debug, Default)]
 pub struct Refresh {
-    /// Servers whose tools differ from what the snapshot had.
+    /// Servers whose tools differ from what the snapshot had (removed servers included).
     pub servers: Vec<String>,
     /// Servers whose listing failed (their previous tools are kept).
     pub errors: Vec<McpError>,
@@ -361,7 +361,15 @@ impl ToolCatalog {
             .connections()
             .filter(|c| c.tools_changed() || joined.iter().any(|name| name == c.name()))
             .collect();
-        if changed.is_empty() {
+        // Servers taken out of the registry (`ServerRegistry::remove`) take their tools along.
+        let removed: Vec<String> = self
+            .snapshot()
+            .servers()
+            .iter()
+            .map(|s| s.server.clone())
+            .filter(|server| registry.entries().iter().all(|e| e.name() != server))
+            .collect();
+        if changed.is_empty() && removed.is_empty() {
             return None;
         }
         let listings = join_all(changed.iter().map(|c| async move {
@@ -374,6 +382,8 @@ impl ToolCatalog {
         .await;
         let mut servers = self.snapshot().servers().to_vec();
         let mut refresh = Refresh::default();
+        servers.retain(|s| !removed.contains(&s.server));
+        refresh.servers.extend(removed);
         for (server, always_load, listing) in listings {
             match listing {
                 Ok(tools) => {
@@ -400,6 +410,7 @@ impl ToolCatalog {
             && let Some(pinning) = pinning.as_mut()
         {
             for name in &refresh.servers {
+                // A removed server has no tools left to check (the `else` below).
                 let (Some(tools), Ok(connection)) = (
                     servers.iter().find(|s| &s.server == name),
                     registry.connection(name),

@@ -259,6 +259,74 @@ impl ServerRegistry {
         Ok(ServerRegistry::start([config.clone()], host).await)
     }
 
+    /// Starts one more server while the others keep running, and waits for it. Its outcome
+    /// is its entry's state either way; the catalogue lists its tools on its next refresh
+    /// (`take_joined` names it). A name already in use is refused.
+    pub async fn add(
+        &mut self,
+        config: ServerConfig,
+        host: Arc<dyn HostHandler>,
+    ) -> Result<&ServerConnection, McpError> {
+        if self.entries.iter().any(|e| e.name() == config.name) {
+            return Err(McpError::InvalidArguments(format!(
+                "server \"{}\" is already in the registry; remove it first to replace it",
+                config.name
+            )));
+        }
+        let name = config.name.clone();
+        let outcome = Arc::new(OnceLock::new());
+        // Its own bookkeeping, so the start reports to this call instead of as a late joiner.
+        let (done, _) = mpsc::unbounded_channel();
+        let own = Arc::new(Mutex::new(Late::default()));
+        if config.disabled {
+            let _ = outcome.set(Outcome {
+                state: ServerState::Disabled,
+                elapsed: Duration::ZERO,
+            });
+        } else {
+            start_one_server(config.clone(), host, outcome.clone(), own, done).await;
+        }
+        self.entries.push(ServerEntry { config, outcome });
+        let connection = self.connection(&name)?;
+        if let Ok(mut late) = self.late.lock() {
+            late.joined.push(name);
+        }
+        Ok(connection)
+    }
+
+    /// Stops one server and forgets it, while the others keep running: its connection closes
+    /// (a stdio server's process exits, or is killed) and the catalogue drops its tools on its
+    /// next refresh. A server still starting is refused: remove it once it has started.
+    pub async fn remove(&mut self, name: &str) -> Result<(), McpError> {
+        let at = self
+            .entries
+            .iter()
+            .position(|e| e.name() == name)
+            .ok_or_else(|| {
+                let configs: Vec<ServerConfig> =
+                    self.entries.iter().map(|e| e.config.clone()).collect();
+                unknown_server(&configs, name)
+            })?;
+        if matches!(self.entries[at].state(), ServerState::Starting) {
+            return Err(McpError::Starting(name.to_string()));
+        }
+        let entry = self.entries.remove(at);
+        if let Ok(mut late) = self.late.lock() {
+            late.joined.retain(|joined| joined != name);
+        }
+        // A finished start has dropped its share of the outcome, so this one is the last.
+        if let Some(Outcome {
+            state: ServerState::Connected(connection),
+            ..
+        }) = Arc::try_unwrap(entry.outcome)
+            .ok()
+            .and_then(OnceLock::into_inner)
+        {
+            connection.close().await;
+        }
+        Ok(())
+    }
+
     /// Every entry, in config order.
     pub fn entries(&self) -> &[ServerEntry] {
         &self.entries
