@@ -41,6 +41,11 @@ const COMMANDS: &[(&str, &str)] = &[
         "[SERVER] start a server (or all) again now, e.g. after it crashed",
     ),
     (
+        "/add",
+        "[NAME=]COMMAND [ARGS…] | [NAME=]URL start another server; its tools join at once",
+    ),
+    ("/remove", "SERVER stop a server and drop its tools"),
+    (
         "/resources",
         "resources and templates, to attach with @server:uri",
     ),
@@ -284,7 +289,8 @@ struct Chat<'a> {
     provider: Arc<dyn Provider>,
     spec: String,
     options: tether_agent::AgentOptions,
-    registry: &'a ServerRegistry,
+    /// Mutable for `/add` and `/remove`; every turn borrows it.
+    registry: &'a mut ServerRegistry,
     /// Shared with every turn, so a `tools/list_changed` seen in one turn is seen by all later
     /// ones.
     tools: ToolCatalog,
@@ -320,7 +326,7 @@ pub async fn chat(
     host.provider = Some(provider.clone());
     let interactive = host.interactive;
     let host = Arc::new(host);
-    let registry = ServerRegistry::start_settling(servers, host.clone()).await;
+    let mut registry = ServerRegistry::start_settling(servers, host.clone()).await;
     for failure in registry.failures() {
         eprintln!("warning: {failure}");
     }
@@ -335,7 +341,7 @@ pub async fn chat(
         provider,
         spec,
         options,
-        registry: &registry,
+        registry: &mut registry,
         tools,
         selection: tether_catalog::selection_for(&selection),
         host,
@@ -587,6 +593,16 @@ impl Chat<'_> {
         }
     }
 
+    /// Brings the tool catalogue up to date with the registry now, so `/tools` and the next
+    /// request agree with what `/add` or `/remove` did.
+    async fn refresh_tools(&self) {
+        if let Some(refresh) = self.tools.refresh(self.registry).await {
+            for error in refresh.errors {
+                eprintln!("warning: {error}");
+            }
+        }
+    }
+
     async fn command(&mut self, line: &str) -> Result<Step, String> {
         let (command, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
         let rest = rest.trim();
@@ -657,6 +673,43 @@ impl Chat<'_> {
                     };
                     println!("  {}: {state}", entry.name());
                 }
+            }
+            "/add" => {
+                let spec = rest.trim();
+                if spec.is_empty() {
+                    eprintln!("usage: /add [NAME=]COMMAND [ARGS…] or /add [NAME=]https://URL");
+                    return Ok(Step::Continue);
+                }
+                let taken: Vec<String> = self
+                    .registry
+                    .entries()
+                    .iter()
+                    .map(|e| e.name().to_string())
+                    .collect();
+                let one_url = !spec.contains(char::is_whitespace)
+                    && (spec.contains("http://") || spec.contains("https://"));
+                let config = if one_url {
+                    tether_mcp::config::adhoc_url(spec, &taken)
+                } else {
+                    tether_mcp::config::adhoc_stdio(spec, &taken)
+                };
+                let host: Arc<dyn tether_mcp::HostHandler> = self.host.clone();
+                match config {
+                    Err(error) => eprintln!("error: {error}"),
+                    Ok(config) => match self.registry.add(config, host).await {
+                        Ok(connection) => println!("  {}: connected", connection.name()),
+                        Err(error) => eprintln!("error: {error}"),
+                    },
+                }
+                self.refresh_tools().await;
+            }
+            "/remove" => {
+                let name = rest.trim();
+                match self.registry.remove(name).await {
+                    Ok(()) => println!("  {name}: stopped; its tools are gone"),
+                    Err(error) => eprintln!("error: {error}"),
+                }
+                self.refresh_tools().await;
             }
             "/reconnect" => {
                 let named = rest.trim();

@@ -886,3 +886,69 @@ fn server_logs_never_print_over_the_prompt_or_a_question() {
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
 }
+
+/// `/add` starts a server in a running chat and the next request offers (and calls) its
+/// tools; `/remove` stops it and the request after that no longer offers them.
+#[test]
+fn servers_added_and_removed_in_a_running_chat() {
+    let dir = workdir("add-remove");
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("c1", "everything__get-sum", r#"{"a": 2, "b": 3}"#),
+            Reply::text("It is 5."),
+            Reply::text("Gone."),
+        ],
+    );
+    let mut child = spawn_in(
+        &dir,
+        &[
+            "chat",
+            "--approve",
+            "auto",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &model.base_url(),
+        ],
+    );
+    let input = format!(
+        "/add {}\nadd 2 and 3\n/remove everything\n/tools everything\nand now?\n",
+        everything_stdio()
+    );
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("everything: connected"), "{stdout}");
+    assert!(stdout.contains("everything: stopped"), "{stdout}");
+    let offered = |request: &test_support::model::Recorded| -> Vec<String> {
+        request.body["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3, "{stdout}\n{stderr}");
+    assert!(offered(&requests[0]).contains(&"everything__get-sum".to_string()));
+    let result = requests[1].body["messages"].to_string();
+    assert!(result.contains("The sum of 2 and 3 is 5"), "{result}");
+    assert!(
+        offered(&requests[2])
+            .iter()
+            .all(|t| !t.starts_with("everything__")),
+        "{:?}",
+        offered(&requests[2])
+    );
+}
