@@ -19,7 +19,7 @@ use rmcp::model::{
     CancelTaskParams, CreateTaskResult, GetTaskParams, GetTaskResult, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
-use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
+use rmcp::task_manager::{TaskContext, TaskExit, TaskManager, TaskOptions};
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -118,6 +118,9 @@ pub enum ServiceChange {
 #[derive(Clone)]
 pub struct Caller {
     context: RequestContext<RoleServer>,
+    /// When the call runs as a task (2026-07-28 tasks extension): questions for the client go
+    /// through the task (`input_required`, answered with `tasks/update`), not as requests.
+    task: Option<TaskContext>,
 }
 
 impl std::fmt::Debug for Caller {
@@ -169,13 +172,34 @@ impl Caller {
 
     /// Whether the client declared `capability` (`sampling`, `elicitation`, `roots`).
     pub fn supports(&self, capability: &str) -> bool {
-        let Some(info) = self.context.peer.peer_info() else {
-            return false;
+        // A modern client declares them with each request; a legacy one at `initialize`.
+        let capabilities = match self.context.client_capabilities() {
+            Some(capabilities) => serde_json::to_value(capabilities).ok(),
+            None => self
+                .context
+                .peer
+                .peer_info()
+                .and_then(|info| serde_json::to_value(&info.capabilities).ok()),
         };
-        serde_json::to_value(&info.capabilities)
-            .ok()
+        capabilities
             .and_then(|c| c.get(capability).cloned())
             .is_some_and(|c| !c.is_null())
+    }
+
+    /// Asks the client through the task this call runs as, and waits for its answer.
+    async fn ask_through_task(
+        task: &TaskContext,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, String> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let request: rmcp::model::InputRequest =
+            serde_json::from_value(json!({"method": method, "params": params}))
+                .map_err(|e| format!("invalid {method} request: {e}"))?;
+        task.request_input(format!("{method}-{n}"), request)
+            .await
+            .map_err(|_| format!("the task ended before the client answered {method}"))
     }
 
     /// The W3C trace context the client sent with this request: `_meta.traceparent`, as MCP
@@ -216,6 +240,9 @@ impl Caller {
         if !self.supports("sampling") {
             return Err("the connected client does not support sampling".into());
         }
+        if let Some(task) = &self.task {
+            return Caller::ask_through_task(task, "sampling/createMessage", params).await;
+        }
         let params = wire(params).map_err(|e| format!("invalid sampling request: {e}"))?;
         let result = self
             .context
@@ -244,13 +271,20 @@ impl Caller {
                 json!({"mode": "url", "message": message, "url": url, "elicitationId": elicitation_id})
             }
         };
-        let Ok(params) = wire(params) else {
-            return ElicitationAnswer::Decline;
+        let value = if let Some(task) = &self.task {
+            match Caller::ask_through_task(task, "elicitation/create", params).await {
+                Ok(value) => value,
+                Err(_) => return ElicitationAnswer::Decline,
+            }
+        } else {
+            let Ok(params) = wire(params) else {
+                return ElicitationAnswer::Decline;
+            };
+            let Ok(result) = self.context.peer.create_elicitation(params).await else {
+                return ElicitationAnswer::Decline;
+            };
+            serde_json::to_value(result).unwrap_or_default()
         };
-        let Ok(result) = self.context.peer.create_elicitation(params).await else {
-            return ElicitationAnswer::Decline;
-        };
-        let value = serde_json::to_value(result).unwrap_or_default();
         match value.get("action").and_then(Value::as_str) {
             Some("accept") => ElicitationAnswer::Accept(
                 value
@@ -567,7 +601,10 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let caller = Caller { context };
+        let caller = Caller {
+            context,
+            task: None,
+        };
         let tools = self
             .service
             .list_tools(&caller)
@@ -584,7 +621,10 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
         let takes_tasks = context
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks());
-        let mut caller = Caller { context };
+        let mut caller = Caller {
+            context,
+            task: None,
+        };
         let arguments = request.arguments.unwrap_or_default();
         // `runs_as_task` before anything else: `info()` builds text, and this is the hot path.
         if takes_tasks && self.service.runs_as_task(&request.name, &caller) {
@@ -593,6 +633,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             let service = self.service.clone();
             let name = request.name.to_string();
             let task = self.tasks.spawn(TaskOptions::new(), move |task| {
+                caller.task = Some(task.clone());
                 Box::pin(async move {
                     tokio::select! {
                         result = service.call_tool(&name, arguments, &caller) => {

@@ -862,6 +862,33 @@ async fn the_gateway_serves_a_task_tool_as_a_task_to_a_modern_client_and_cancels
     assert_eq!(statuses.last(), Some(&"completed"), "{stdout}");
     assert!(stdout.contains("# Research Report: tides"), "{stdout}");
 
+    // The upstream's question during the task reaches this client through the gateway's task
+    // (`input_required`, answered with `tasks/update`); nobody can answer here, so it is
+    // declined, and the upstream goes on with its default.
+    let (code, stdout, stderr) = tether_through_gateway(
+        "tasks-input",
+        one_server(json!({})),
+        &[
+            "--prefixed",
+            "call",
+            "gw",
+            "everything__simulate-research-query",
+            "topic=python",
+            "ambiguous=true",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains(r#""status":"input_required""#), "{stdout}");
+    assert!(
+        stderr.contains("server \"gw\" asked for input; declined"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("User declined - using default interpretation"),
+        "{stdout}"
+    );
+
     // The same through the library, to drop the call half-way.
     let dir = scratch_dir("serve", "tasks-cancel");
     std::fs::write(dir.join("inner.json"), one_server(json!({})).to_string()).unwrap();
