@@ -172,10 +172,12 @@ impl Caller {
 
     /// Whether the client declared `capability` (`sampling`, `elicitation`, `roots`).
     pub fn supports(&self, capability: &str) -> bool {
-        // A modern client declares them with each request; a legacy one at `initialize`.
-        let capabilities = match self.context.client_capabilities() {
-            Some(capabilities) => serde_json::to_value(capabilities).ok(),
-            None => self
+        // A 2026-07-28 client can be asked only through a task (it takes no requests from
+        // servers), with the capabilities it declared on this request; a legacy client
+        // declared them at `initialize`.
+        let capabilities = match (&self.task, self.context.client_capabilities()) {
+            (Some(_), Some(capabilities)) => serde_json::to_value(capabilities).ok(),
+            _ => self
                 .context
                 .peer
                 .peer_info()
