@@ -302,11 +302,7 @@ impl ServerRegistry {
             .entries
             .iter()
             .position(|e| e.name() == name)
-            .ok_or_else(|| {
-                let configs: Vec<ServerConfig> =
-                    self.entries.iter().map(|e| e.config.clone()).collect();
-                unknown_server(&configs, name)
-            })?;
+            .ok_or_else(|| self.unknown(name))?;
         if matches!(self.entries[at].state(), ServerState::Starting) {
             return Err(McpError::Starting(name.to_string()));
         }
@@ -327,6 +323,12 @@ impl ServerRegistry {
         Ok(())
     }
 
+    /// Why `name` is not one of ours, with the names it may have meant.
+    fn unknown(&self, name: &str) -> McpError {
+        let configs: Vec<ServerConfig> = self.entries.iter().map(|e| e.config.clone()).collect();
+        unknown_server(&configs, name)
+    }
+
     /// Every entry, in config order.
     pub fn entries(&self) -> &[ServerEntry] {
         &self.entries
@@ -338,11 +340,7 @@ impl ServerRegistry {
             .entries
             .iter()
             .find(|e| e.name() == name)
-            .ok_or_else(|| {
-                let configs: Vec<ServerConfig> =
-                    self.entries.iter().map(|e| e.config.clone()).collect();
-                unknown_server(&configs, name)
-            })?;
+            .ok_or_else(|| self.unknown(name))?;
         match entry.state() {
             ServerState::Connected(connection) => Ok(connection),
             ServerState::Failed(error) => Err(error.clone()),

@@ -294,3 +294,13 @@ pub fn wait_until_stopped(pid: u32, what: &str) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// The task events (`{"type":"task",…}` lines) a `tether call --json` printed before its
+/// result, parsed.
+pub fn task_events(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with(r#"{"type":"task""#))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}

@@ -133,6 +133,20 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// The names of the tools an OpenAI-format request offered, in order.
+    pub fn offered_tools(&self) -> Vec<String> {
+        self.body["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["function"]["name"].as_str())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// A header's value.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers

@@ -928,27 +928,21 @@ fn servers_added_and_removed_in_a_running_chat() {
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("everything: connected"), "{stdout}");
     assert!(stdout.contains("everything: stopped"), "{stdout}");
-    let offered = |request: &test_support::model::Recorded| -> Vec<String> {
-        request.body["tools"]
-            .as_array()
-            .map(|tools| {
-                tools
-                    .iter()
-                    .map(|t| t["function"]["name"].as_str().unwrap().to_string())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let requests = model.requests();
     assert_eq!(requests.len(), 3, "{stdout}\n{stderr}");
-    assert!(offered(&requests[0]).contains(&"everything__get-sum".to_string()));
+    assert!(
+        requests[0]
+            .offered_tools()
+            .contains(&"everything__get-sum".to_string())
+    );
     let result = requests[1].body["messages"].to_string();
     assert!(result.contains("The sum of 2 and 3 is 5"), "{result}");
     assert!(
-        offered(&requests[2])
+        requests[2]
+            .offered_tools()
             .iter()
             .all(|t| !t.starts_with("everything__")),
         "{:?}",
-        offered(&requests[2])
+        requests[2].offered_tools()
     );
 }

@@ -321,12 +321,10 @@ fn a_task_only_tool_runs_as_a_task_from_the_shell_and_for_the_model() {
     let output = call(&["topic=rust", "--json"]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     let stdout = text(&output.stdout);
-    let (steps, result): (Vec<&str>, Vec<&str>) = stdout
+    let steps = test_support::task_events(&stdout);
+    let result: Vec<&str> = stdout
         .lines()
-        .partition(|l| l.starts_with(r#"{"type":"task""#));
-    let steps: Vec<Value> = steps
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l| !l.starts_with(r#"{"type":"task""#))
         .collect();
     let statuses: Vec<&str> = steps
         .iter()

@@ -827,18 +827,6 @@ fn fast_and_gated(
     (config, gate, pid)
 }
 
-fn offered(request: &Recorded) -> Vec<String> {
-    request.body["tools"]
-        .as_array()
-        .map(|tools| {
-            tools
-                .iter()
-                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn run_does_not_wait_for_a_server_still_starting() {
     let dir = test_support::scratch_dir("run", "not_waiting");
@@ -867,7 +855,7 @@ fn run_does_not_wait_for_a_server_still_starting() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.contains('5'), "{}", run.stdout);
     let requests = model.requests();
-    let first = offered(&requests[0]);
+    let first = requests[0].offered_tools();
     assert!(first.contains(&"fast__add".to_string()), "{first:?}");
     assert!(!first.iter().any(|t| t.starts_with("gated__")), "{first:?}");
     assert!(
@@ -940,13 +928,16 @@ fn chat_offers_a_late_server_from_the_next_request() {
     assert!(child.wait().unwrap().success());
     let requests = model.requests();
     assert!(
-        !offered(&requests[0])
+        !requests[0]
+            .offered_tools()
             .iter()
             .any(|t| t.starts_with("gated__"))
     );
     assert!(
-        offered(&requests[1]).contains(&"gated__add".to_string()),
+        requests[1]
+            .offered_tools()
+            .contains(&"gated__add".to_string()),
         "{:?}",
-        offered(&requests[1])
+        requests[1].offered_tools()
     );
 }

@@ -849,11 +849,7 @@ async fn the_gateway_serves_a_task_tool_as_a_task_to_a_modern_client_and_cancels
         ],
     );
     assert_eq!(code, 0, "{stderr}");
-    let steps: Vec<Value> = stdout
-        .lines()
-        .filter(|l| l.starts_with(r#"{"type":"task""#))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let steps = test_support::task_events(&stdout);
     let statuses: Vec<&str> = steps
         .iter()
         .map(|s| s["status"].as_str().unwrap())
