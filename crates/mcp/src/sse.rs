@@ -143,7 +143,12 @@ impl SseTransport {
                     if !event.event.is_empty() && event.event != "message" {
                         return true;
                     }
-                    match serde_json::from_str::<ServerJsonRpcMessage>(&event.data) {
+                    let kept = crate::stdio::keep_legacy_task_fields(event.data.as_bytes());
+                    let parsed = match &kept {
+                        Some(bytes) => serde_json::from_slice::<ServerJsonRpcMessage>(bytes),
+                        None => serde_json::from_str::<ServerJsonRpcMessage>(&event.data),
+                    };
+                    match parsed {
                         Ok(message) => sender.send(message).await.is_ok(),
                         Err(e) => {
                             tracing::warn!("dropping an SSE event that is not JSON-RPC: {e}");

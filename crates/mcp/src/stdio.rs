@@ -382,7 +382,7 @@ pub(crate) const EXECUTION_META: &str = "dev.tether/execution";
 /// server's `capabilities.tasks` and each tool's `execution`. This moves them where rmcp
 /// keeps them (`capabilities.experimental.tasks`, the tool's `_meta`) so the connection can
 /// read them back. `None` when the line holds neither; most lines are not even parsed.
-fn keep_legacy_task_fields(line: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn keep_legacy_task_fields(line: &[u8]) -> Option<Vec<u8>> {
     use serde_json::{Map, Value};
     let mentions = |needle: &[u8]| line.windows(needle.len()).any(|w| w == needle);
     if !mentions(b"\"tasks\"") && !mentions(b"\"execution\"") {

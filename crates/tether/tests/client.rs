@@ -385,6 +385,21 @@ fn a_task_only_tool_runs_as_a_task_from_the_shell_and_for_the_model() {
             "{}",
             via.name()
         );
+        if let Via::Sse(_) = via {
+            // Our own SSE reader keeps `execution` as the stdio one does.
+            let tools = tether(
+                &http,
+                &["--config", config.to_str().unwrap(), "tools", "--json"],
+            );
+            let tools: Value = serde_json::from_slice(&tools.stdout).unwrap();
+            let research = tools
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == "simulate-research-query")
+                .unwrap();
+            assert_eq!(research["execution"]["taskSupport"], "required");
+        }
     }
 
     let model = ScriptedModel::start(
