@@ -233,7 +233,8 @@ async fn a_task_tool_reports_its_steps_and_is_cancelled_when_dropped() {
     let steps: Vec<tether_mcp::Progress> = std::iter::from_fn(|| steps.try_recv().ok()).collect();
     let messages: Vec<&str> = steps.iter().filter_map(|p| p.message.as_deref()).collect();
     assert!(
-        messages.contains(&"Gathering sources...") && messages.last() == Some(&"task completed"),
+        // Four one-second stages, polled every second: at least one is seen.
+        messages.iter().any(|m| m.ends_with("...")) && messages.last() == Some(&"task completed"),
         "{messages:?}"
     );
     let id = &steps[0].task.as_ref().unwrap().task_id;
