@@ -220,6 +220,34 @@ impl ServerConnection {
     }
 }
 
+/// The HTTP client of a Streamable HTTP connection, as rmcp's own default builds it: no idle
+/// pooling (a reused connection whose last body was not read to the end stalls ~40 ms on
+/// delayed ACKs) and only same-origin 307/308 redirects, at most 10.
+fn http_client() -> reqwest::Client {
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(
+            attempt.status(),
+            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+        );
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|original| original.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > 10 {
+            attempt.error("more than 10 redirects")
+        } else {
+            attempt.follow()
+        }
+    });
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .redirect(policy)
+        .build()
+        .unwrap_or_default()
+}
+
 /// The server's own reason when it answered the handshake with an error (after the modern
 /// probe, the legacy `initialize`'s answer is the one that counts).
 fn handshake_refusal(error: &rmcp::service::ClientInitializeError) -> Option<String> {
@@ -332,6 +360,7 @@ async fn open_session(
                 match authorization {
                     Some(crate::auth::Authorization(manager)) => {
                         let client = AuthClient::new(reqwest::Client::default(), manager);
+                        let client = crate::legacy_fields::KeepTaskFields(client);
                         let transport =
                             StreamableHttpClientTransport::with_client(client, transport_config);
                         session
@@ -339,8 +368,9 @@ async fn open_session(
                             .await
                     }
                     None => {
+                        let client = crate::legacy_fields::KeepTaskFields(http_client());
                         let transport =
-                            StreamableHttpClientTransport::from_config(transport_config);
+                            StreamableHttpClientTransport::with_client(client, transport_config);
                         session
                             .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
                             .await
@@ -482,7 +512,7 @@ impl ServerConnection {
             if let Some(execution) = tool
                 .get_mut("_meta")
                 .and_then(Value::as_object_mut)
-                .and_then(|meta| meta.remove(crate::stdio::EXECUTION_META))
+                .and_then(|meta| meta.remove(crate::legacy_fields::EXECUTION_META))
             {
                 tool["execution"] = execution;
             }

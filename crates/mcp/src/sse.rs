@@ -143,7 +143,7 @@ impl SseTransport {
                     if !event.event.is_empty() && event.event != "message" {
                         return true;
                     }
-                    let kept = crate::stdio::keep_legacy_task_fields(event.data.as_bytes());
+                    let kept = crate::legacy_fields::keep_legacy_task_fields(event.data.as_bytes());
                     let parsed = match &kept {
                         Some(bytes) => serde_json::from_slice::<ServerJsonRpcMessage>(bytes),
                         None => serde_json::from_str::<ServerJsonRpcMessage>(&event.data),

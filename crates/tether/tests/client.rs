@@ -363,8 +363,7 @@ fn a_task_only_tool_runs_as_a_task_from_the_shell_and_for_the_model() {
     assert!(text(&output.stderr).contains("asked for input; declined"));
     assert!(text(&output.stdout).contains("User declined - using default interpretation"));
 
-    // Over HTTP rmcp decodes the messages itself and `execution` is not seen: the server's
-    // refusal of a plain call says the tool needs a task, and it is run as one.
+    // Over both HTTP transports the call runs as a task, and `tools --json` keeps `execution`.
     for via in [
         Via::StreamableHttp(HttpServer::everything()),
         Via::Sse(HttpServer::everything_sse()),
@@ -403,8 +402,8 @@ fn a_task_only_tool_runs_as_a_task_from_the_shell_and_for_the_model() {
             via.name(),
             text(&output.stderr)
         );
-        if let Via::Sse(_) = via {
-            // Our own SSE reader keeps `execution` as the stdio one does.
+        {
+            // `execution` survives both readers: our SSE one, and Streamable HTTP's event data.
             let tools = tether(
                 &http,
                 &["--config", config.to_str().unwrap(), "tools", "--json"],
