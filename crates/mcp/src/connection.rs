@@ -579,27 +579,26 @@ impl ServerConnection {
             .task_tools
             .lock()
             .is_ok_and(|tools| tools.contains(tool));
-        let arguments = params.arguments.clone();
         let peer = session.client.peer();
         let timeout = self.config.timeout;
         let outcome = if as_task {
-            crate::tasks::call_as_task(peer, tool, arguments, timeout, progress).await
+            crate::tasks::call_as_task(peer, tool, params.arguments, timeout, progress).await
         } else {
-            match self
-                .call_with_progress(&session, params, progress.clone())
-                .await
-            {
-                // Where the tool's `execution` did not reach us (HTTP transports decode in
-                // rmcp), the server's refusal says it: run it as a task, from now on too.
-                Err(ServiceError::McpError(error)) if crate::tasks::needs_task(&error) => {
-                    self.mark_task_tool(tool);
-                    crate::tasks::call_as_task(peer, tool, arguments, timeout, progress).await
-                }
-                Ok(result) if crate::tasks::refused_without_task(&result) => {
-                    self.mark_task_tool(tool);
-                    crate::tasks::call_as_task(peer, tool, arguments, timeout, progress).await
-                }
-                outcome => outcome,
+            let outcome = self
+                .call_with_progress(&session, &params, progress.clone())
+                .await;
+            // Where the tool's `execution` did not reach us (a plain JSON answer over HTTP),
+            // the server's refusal says it: run it as a task, from now on too.
+            let refused = match &outcome {
+                Err(ServiceError::McpError(error)) => crate::tasks::needs_task(error),
+                Ok(result) => crate::tasks::refused_without_task(result),
+                Err(_) => false,
+            };
+            if refused {
+                self.mark_task_tool(tool);
+                crate::tasks::call_as_task(peer, tool, params.arguments, timeout, progress).await
+            } else {
+                outcome
             }
         };
         let result = self.outcome(&session, &operation, outcome).await?;
@@ -627,11 +626,8 @@ impl ServerConnection {
         let operation = format!("task \"{task_id}\"");
         let outcome = if self.summary.era == ProtocolEra::Modern {
             let get = peer.get_task(rmcp::model::GetTaskParams::new(task_id));
-            tokio::time::timeout(self.config.timeout, get)
+            crate::tasks::within(self.config.timeout, get)
                 .await
-                .unwrap_or(Err(ServiceError::Timeout {
-                    timeout: self.config.timeout,
-                }))
                 .map(|task| serde_json::to_value(task).unwrap_or_default())
         } else {
             crate::tasks::get(peer, task_id, self.config.timeout).await
@@ -662,7 +658,7 @@ impl ServerConnection {
     async fn call_with_progress(
         &self,
         session: &Session,
-        params: CallToolRequestParams,
+        params: &CallToolRequestParams,
         progress: Option<UnboundedSender<Progress>>,
     ) -> Result<Value, ServiceError> {
         let peer = session.client.peer();
@@ -719,7 +715,8 @@ impl ServerConnection {
             // A modern server needs input first: rmcp's helper runs the rounds through our
             // handler and re-issues the call, which MRTR makes safe (the server is stateless).
             ServerResult::InputRequiredResult(_) => {
-                let rounds = tokio::time::timeout_at(deadline, session.client.call_tool(params));
+                let rounds =
+                    tokio::time::timeout_at(deadline, session.client.call_tool(params.clone()));
                 Ok(to_value(&rounds.await.map_err(|_| timed_out())??))
             }
             other => Ok(to_value(&other)),

@@ -620,16 +620,19 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let takes_tasks = context
-            .client_capabilities()
-            .is_some_and(|c| c.supports_tasks());
         let mut caller = Caller {
             context,
             task: None,
         };
         let arguments = request.arguments.unwrap_or_default();
-        // `runs_as_task` before anything else: `info()` builds text, and this is the hot path.
-        if takes_tasks && self.service.runs_as_task(&request.name, &caller) {
+        // The service's answer first: it is cheap, while the client's capabilities are decoded
+        // from the request's `_meta` each time they are asked for.
+        if self.service.runs_as_task(&request.name, &caller)
+            && caller
+                .context
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks())
+        {
             // The task outlives the request that created it: only `tasks/cancel` stops it.
             caller.context.ct = tokio_util::sync::CancellationToken::new();
             let service = self.service.clone();

@@ -63,12 +63,7 @@ pub(crate) async fn call_as_task(
         .map_or(TASK_TTL, Duration::from_millis)
         .min(TASK_TTL);
     let mut poll = poll_interval(task);
-    let mut reporter = Reporter {
-        task_id: task_id.clone(),
-        sender: progress,
-        last: None,
-        count: 0,
-    };
+    let mut reporter = Reporter::new(&task_id, progress);
     reporter.report(task);
     let mut guard = CancelOnDrop {
         peer: peer.clone(),
@@ -167,12 +162,7 @@ pub(crate) async fn follow(
     let deadline = tokio::time::Instant::now() + wait;
     let seed = serde_json::to_value(&task).unwrap_or_default();
     let mut poll = poll_interval(&seed);
-    let mut reporter = Reporter {
-        task_id: task_id.clone(),
-        sender: progress,
-        last: None,
-        count: 0,
-    };
+    let mut reporter = Reporter::new(&task_id, progress);
     reporter.report(&seed);
     let mut guard = CancelOnDrop {
         peer: peer.clone(),
@@ -186,11 +176,7 @@ pub(crate) async fn follow(
         }
         tokio::time::sleep(poll).await;
         let get = peer.get_task(GetTaskParams::new(task_id.clone()));
-        let current = tokio::time::timeout(request_timeout, get)
-            .await
-            .map_err(|_| ServiceError::Timeout {
-                timeout: request_timeout,
-            })??;
+        let current = within(request_timeout, get).await?;
         let value = serde_json::to_value(&current).unwrap_or_default();
         reporter.report(&value);
         poll = poll_interval(&value);
@@ -228,11 +214,7 @@ pub(crate) async fn follow(
                         .map_err(|_| ServiceError::UnexpectedResponse)?;
                     let update =
                         peer.update_task(UpdateTaskParams::new(task_id.clone(), responses));
-                    tokio::time::timeout(request_timeout, update)
-                        .await
-                        .map_err(|_| ServiceError::Timeout {
-                            timeout: request_timeout,
-                        })??;
+                    within(request_timeout, update).await?;
                 }
             }
             _ => {}
@@ -257,6 +239,16 @@ async fn answer((host, server): (&dyn HostHandler, &str), request: &Value) -> Va
     }
 }
 
+/// `request`'s outcome, or `ServiceError::Timeout` once `timeout` has passed.
+pub(crate) async fn within<T>(
+    timeout: Duration,
+    request: impl std::future::Future<Output = Result<T, ServiceError>>,
+) -> Result<T, ServiceError> {
+    tokio::time::timeout(timeout, request)
+        .await
+        .map_err(|_| ServiceError::Timeout { timeout })?
+}
+
 /// Sends one custom request and reads the answer as JSON.
 async fn send(
     peer: &Peer<RoleClient>,
@@ -265,9 +257,7 @@ async fn send(
     timeout: Duration,
 ) -> Result<Value, ServiceError> {
     let request = ClientRequest::CustomRequest(CustomRequest::new(method, Some(params)));
-    let answer = tokio::time::timeout(timeout, peer.send_request(request))
-        .await
-        .map_err(|_| ServiceError::Timeout { timeout })??;
+    let answer = within(timeout, peer.send_request(request)).await?;
     // Serialising rmcp's own types cannot fail (string keys only).
     Ok(serde_json::to_value(&answer).unwrap_or_default())
 }
@@ -289,6 +279,15 @@ struct Reporter {
 }
 
 impl Reporter {
+    fn new(task_id: &str, sender: Option<UnboundedSender<Progress>>) -> Reporter {
+        Reporter {
+            task_id: task_id.to_string(),
+            sender,
+            last: None,
+            count: 0,
+        }
+    }
+
     fn report(&mut self, task: &Value) {
         let Some(status) = task.get("status").and_then(Value::as_str) else {
             return;
@@ -386,12 +385,7 @@ mod tests {
     #[test]
     fn each_change_of_status_is_reported_once() {
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
-        let mut reporter = Reporter {
-            task_id: "t1".into(),
-            sender: Some(sender),
-            last: None,
-            count: 0,
-        };
+        let mut reporter = Reporter::new("t1", Some(sender));
         reporter.report(&json!({"status": "working"}));
         reporter.report(&json!({"status": "working"}));
         reporter.report(&json!({"status": "working", "statusMessage": "Analyzing"}));

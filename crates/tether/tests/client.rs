@@ -289,6 +289,19 @@ const STAGES: [&str; 4] = [
     "Generating report...",
 ];
 
+/// `execution.taskSupport` of `simulate-research-query` as `tools --json` shows it.
+fn research_task_support(dir: &Path, config: &str) -> Value {
+    let tools = tether(dir, &["--config", config, "tools", "--json"]);
+    let tools: Value = serde_json::from_slice(&tools.stdout).unwrap();
+    tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "simulate-research-query")
+        .map(|t| t["execution"]["taskSupport"].clone())
+        .unwrap_or_default()
+}
+
 /// server-everything's `simulate-research-query` may only run as a task (MCP 2025-11-25):
 /// the tester shows the capability and `execution.taskSupport`, runs the task with a JSON
 /// event per step, and routes the server's question (an elicitation, delivered while
@@ -305,15 +318,7 @@ fn a_task_only_tool_runs_as_a_task_from_the_shell_and_for_the_model() {
         "{}",
         text(&servers.stdout)
     );
-    let tools = tether(&dir, &["--config", config, "tools", "--json"]);
-    let tools: Value = serde_json::from_slice(&tools.stdout).unwrap();
-    let research = tools
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "simulate-research-query")
-        .unwrap();
-    assert_eq!(research["execution"]["taskSupport"], "required");
+    assert_eq!(research_task_support(&dir, config), "required");
 
     let call = |args: &[&str]| {
         let mut all = vec![
@@ -402,21 +407,11 @@ fn a_task_only_tool_runs_as_a_task_from_the_shell_and_for_the_model() {
             via.name(),
             text(&output.stderr)
         );
-        {
-            // `execution` survives both readers: our SSE one, and Streamable HTTP's event data.
-            let tools = tether(
-                &http,
-                &["--config", config.to_str().unwrap(), "tools", "--json"],
-            );
-            let tools: Value = serde_json::from_slice(&tools.stdout).unwrap();
-            let research = tools
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|t| t["name"] == "simulate-research-query")
-                .unwrap();
-            assert_eq!(research["execution"]["taskSupport"], "required");
-        }
+        // `execution` survives both readers: our SSE one, and Streamable HTTP's event data.
+        assert_eq!(
+            research_task_support(&http, config.to_str().unwrap()),
+            "required"
+        );
     }
 
     let model = ScriptedModel::start(
