@@ -115,13 +115,11 @@ where
     hosts.extend(options.allowed_hosts.iter().cloned());
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
-        .with_allowed_origins(options.allowed_origins.clone())
+        .with_allowed_origins(own_origins(local.port()).chain(options.allowed_origins.clone()))
         .with_max_request_body_bytes(options.max_body_bytes)
         .with_cancellation_token(hard_stop.child_token())
         .with_sse_keep_alive(Some(Duration::from_secs(15)));
-    if options.allowed_origins.is_empty() {
-        config = config.enforce_origin_validation();
-    }
+    config = config.enforce_origin_validation();
     let sessions = Arc::new(SealedSessions::new(options.session_key.as_deref())?);
     config.session_store = Some(sessions.clone());
     let manager = Arc::new(LocalSessionManager::default());
@@ -483,4 +481,13 @@ fn refused(refusal: &Refusal) -> Response<Body> {
         hyper::header::HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// The gateway's own origin under each loopback name: a page the endpoint itself served is
+/// same-origin, so it passes, while any other origin (a rebinding page's included) needs
+/// `allowed_origins`.
+fn own_origins(port: u16) -> impl Iterator<Item = String> {
+    ["localhost", "127.0.0.1", "[::1]"]
+        .into_iter()
+        .map(move |host| format!("http://{host}:{port}"))
 }
