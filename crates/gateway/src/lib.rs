@@ -20,6 +20,7 @@ use tether_catalog::selection::{
     Resolved, SelectionMode, SelectionOptions, ToolSelection, selection_for,
 };
 use tether_catalog::{ServerTools, Snapshot, ToolCatalog};
+use tether_mcp::input_rounds::{Forwarding, Reply};
 use tether_mcp::router::qualify;
 use tether_mcp::{
     CallOutcome, Caller, Completion, ElicitationAnswer, ElicitationRequest, HostHandler, McpError,
@@ -214,6 +215,7 @@ impl Gateway {
             ..SelectionOptions::default()
         });
         Arc::new(GatewaySession {
+            log_level: Mutex::new(None),
             gateway: self.clone(),
             selection,
             allowed_view: Mutex::default(),
@@ -248,29 +250,35 @@ impl Gateway {
         }
     }
 
-    /// Runs `server`'s tool for `caller`, relaying progress and cancellation.
+    /// Runs `server`'s tool for `caller`, relaying progress, cancellation and (for a 2026-07-28
+    /// client) the upstream's questions and the client's answers.
     async fn call_upstream(
         &self,
         server: &str,
         tool: &str,
         arguments: Map<String, Value>,
         caller: &Caller,
+        forwarding: &Forwarding,
     ) -> Result<ToolResult, ServeError> {
         let connection = self.connection(server)?;
         let started = std::time::Instant::now();
         let id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let _registered = InFlightGuard::register(&self.in_flight, server, id, caller.clone());
         let (progress, relayed) = caller.progress().unzip();
-        let call = connection.call_tool(tool, Some(arguments), progress);
+        let call = connection.call_tool_for(tool, Some(arguments), progress, Some(forwarding));
         let call = traces::upstream("tools/call", server, tool, call, |result| match result {
-            Ok(result) if result.is_error => Some("the tool returned an error".into()),
+            Ok(Reply::Complete(result)) if result.is_error => {
+                Some("the tool returned an error".into())
+            }
             Ok(_) => None,
             Err(error) => Some(error.to_string()),
         });
         let (outcome, counted) = tokio::select! {
             result = call => match result {
-                Ok(result) => (Ok(result), CallOutcome::Ok),
+                Ok(Reply::Complete(result)) => (Ok(result), CallOutcome::Ok),
+                Ok(Reply::InputRequired(questions)) => (Err(ServeError::NeedsInput(questions)), CallOutcome::Ok),
                 Err(McpError::UnknownItem { .. }) => (Err(ServeError::NotFound { what: "tool", name: tool.to_string() }), CallOutcome::Error),
+                Err(error @ McpError::Rpc { .. }) => (Err(passed_on(error)), CallOutcome::Error),
                 Err(error) => (Ok(error_result(error.to_string())), CallOutcome::Error),
             },
             // Dropping the call sends notifications/cancelled upstream.
@@ -539,6 +547,9 @@ pub struct GatewaySession {
     /// cut from, the allow-list, and the view (a session keeps one principal, so one entry
     /// spares rebuilding the search index on every request).
     allowed_view: Mutex<Option<AllowedView>>,
+    /// The level a legacy client set with `logging/setLevel`; a 2026-07-28 client sends its
+    /// level with each request.
+    log_level: Mutex<Option<String>>,
 }
 
 type AllowedView = (Arc<Snapshot>, Vec<String>, Arc<Snapshot>);
@@ -664,8 +675,20 @@ impl GatewaySession {
 
 /// The request handlers themselves; the [`McpService`] methods wrap each in its span.
 impl GatewaySession {
+    /// What requests upstream carry from `caller`.
+    fn forwarding(&self, caller: &Caller) -> Forwarding {
+        let level = self.log_level.lock().ok().and_then(|level| level.clone());
+        // A legacy server logs unasked; a 2026-07-28 one only when a level comes with the
+        // request, so a legacy client that set none is asked for what it would have had.
+        caller.forwarding(Some(level.as_deref().unwrap_or("info")))
+    }
+
     /// `resources/read`, routed to the server that listed the URI.
-    async fn read_resource_untraced(&self, uri: &str) -> Result<Vec<ResourceContents>, ServeError> {
+    async fn read_resource_untraced(
+        &self,
+        uri: &str,
+        caller: &Caller,
+    ) -> Result<Vec<ResourceContents>, ServeError> {
         let owner = self
             .gateway
             .resource_owner(uri)
@@ -674,17 +697,21 @@ impl GatewaySession {
                 what: "resource",
                 name: uri.to_string(),
             })?;
-        let read = self.gateway.connection(&owner)?.read_resource(uri);
-        traces::upstream("resources/read", &owner, uri, read, |r| {
+        let forwarding = self.forwarding(caller);
+        let read = self
+            .gateway
+            .connection(&owner)?
+            .read_resource_for(uri, &forwarding);
+        let reply = traces::upstream("resources/read", &owner, uri, read, |r| {
             r.as_ref().err().map(ToString::to_string)
         })
         .await
         .map_err(|e| match e {
-            McpError::Rpc { .. } | McpError::UnknownItem { .. } => {
-                ServeError::InvalidParams(e.to_string())
-            }
+            McpError::Rpc { .. } => passed_on(e),
+            McpError::UnknownItem { .. } => ServeError::InvalidParams(e.to_string()),
             other => ServeError::Internal(other.to_string()),
-        })
+        })?;
+        complete(reply)
     }
 
     /// `prompts/list` of every server, under the gateway's names.
@@ -706,17 +733,23 @@ impl GatewaySession {
         &self,
         name: &str,
         arguments: Map<String, Value>,
+        caller: &Caller,
     ) -> Result<PromptResult, ServeError> {
         let (server, prompt) = self.gateway.find_prompt(name).await?;
+        let forwarding = self.forwarding(caller);
         let get = self
             .gateway
             .connection(&server)?
-            .get_prompt(&prompt, arguments);
-        traces::upstream("prompts/get", &server, &prompt, get, |r| {
+            .get_prompt_for(&prompt, arguments, &forwarding);
+        let reply = traces::upstream("prompts/get", &server, &prompt, get, |r| {
             r.as_ref().err().map(ToString::to_string)
         })
         .await
-        .map_err(|e| ServeError::InvalidParams(e.to_string()))
+        .map_err(|e| match e {
+            McpError::Rpc { .. } => passed_on(e),
+            other => ServeError::InvalidParams(other.to_string()),
+        })?;
+        complete(reply)
     }
 
     /// `tools/call` itself, inside the request's span.
@@ -753,8 +786,15 @@ impl GatewaySession {
                     Value::Object(map) => map,
                     _ => Map::new(),
                 };
+                let forwarding = self.forwarding(caller);
                 self.gateway
-                    .call_upstream(&tool.server, &tool.tool.name, arguments, caller)
+                    .call_upstream(
+                        &tool.server,
+                        &tool.tool.name,
+                        arguments,
+                        caller,
+                        &forwarding,
+                    )
                     .await
             }
         }
@@ -868,12 +908,16 @@ impl McpService for GatewaySession {
         Ok(self.gateway.list_templates().await)
     }
 
-    async fn read_resource(&self, uri: &str) -> Result<Vec<ResourceContents>, ServeError> {
+    async fn read_resource(
+        &self,
+        uri: &str,
+        caller: &Caller,
+    ) -> Result<Vec<ResourceContents>, ServeError> {
         traces::client_request(
             "resources/read",
             Some(uri),
-            None,
-            self.read_resource_untraced(uri),
+            caller.traceparent(),
+            self.read_resource_untraced(uri, caller),
         )
         .await
     }
@@ -886,14 +930,21 @@ impl McpService for GatewaySession {
         &self,
         name: &str,
         arguments: Map<String, Value>,
+        caller: &Caller,
     ) -> Result<PromptResult, ServeError> {
         traces::client_request(
             "prompts/get",
             Some(name),
-            None,
-            self.get_prompt_untraced(name, arguments),
+            caller.traceparent(),
+            self.get_prompt_untraced(name, arguments, caller),
         )
         .await
+    }
+
+    fn set_log_level(&self, level: &str) {
+        if let Ok(mut slot) = self.log_level.lock() {
+            *slot = Some(level.to_string());
+        }
     }
 
     async fn complete(
@@ -928,5 +979,29 @@ impl McpService for GatewaySession {
 
     fn changes(&self) -> Option<broadcast::Receiver<ServiceChange>> {
         Some(self.gateway.changes.subscribe())
+    }
+}
+
+/// An upstream server's JSON-RPC error, passed on to the client with its code and data (a
+/// missing client capability, an unknown resource, a tampered request state all mean
+/// something to the client), under a message that names the server.
+fn passed_on(error: McpError) -> ServeError {
+    let message = error.to_string();
+    match error {
+        McpError::Rpc { code, data, .. } => ServeError::Upstream {
+            code,
+            message,
+            data: data.map(|data| *data),
+        },
+        _ => ServeError::Internal(message),
+    }
+}
+
+/// A forwarded request's reply as the service's answer: the result, or the upstream's
+/// questions for the client.
+fn complete<T>(reply: Reply<T>) -> Result<T, ServeError> {
+    match reply {
+        Reply::Complete(value) => Ok(value),
+        Reply::InputRequired(questions) => Err(ServeError::NeedsInput(questions)),
     }
 }

@@ -44,6 +44,7 @@ use crate::client::{
 };
 use crate::config::{ServerConfig, Transport};
 use crate::error::{McpError, near_matches};
+use crate::input_rounds::{self, Forwarding, InputRequired, Reply};
 use crate::stdio::StdioProcess;
 
 /// JSON-RPC error code of "URL elicitation required" (MCP 2025-11-25).
@@ -554,13 +555,30 @@ impl ServerConnection {
 
     /// Calls a tool. A tool that reports failure is `Ok` with `is_error` set; `Err` means the
     /// call itself failed (timeout, protocol error, server gone). The server's progress
-    /// notifications for this call go to `progress`.
+    /// notifications for this call go to `progress`; its questions go to our host.
     pub async fn call_tool(
         &self,
         tool: &str,
         arguments: Option<Map<String, Value>>,
         progress: Option<UnboundedSender<Progress>>,
     ) -> Result<ToolResult, McpError> {
+        match self.call_tool_for(tool, arguments, progress, None).await? {
+            Reply::Complete(result) => Ok(result),
+            // Without a client to relay them to, rmcp answers the questions through our host.
+            Reply::InputRequired(_) => Err(self.unanswered(&format!("tool \"{tool}\""))),
+        }
+    }
+
+    /// [`call_tool`](Self::call_tool) on another client's behalf (the gateway's calls): its
+    /// capabilities and log level go upstream with the call and, for a client that takes
+    /// input-required results, its answers go up and the server's questions come back.
+    pub async fn call_tool_for(
+        &self,
+        tool: &str,
+        arguments: Option<Map<String, Value>>,
+        progress: Option<UnboundedSender<Progress>>,
+        forwarding: Option<&Forwarding>,
+    ) -> Result<Reply<ToolResult>, McpError> {
         if !self.config.offers_tool(tool) {
             return Err(McpError::InvalidArguments(format!(
                 "server \"{}\": tool \"{tool}\" is filtered out by allowedTools/disabledTools in the config",
@@ -570,6 +588,13 @@ impl ServerConnection {
         let mut params = CallToolRequestParams::new(tool.to_string());
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
+        }
+        if let Some(round) = forwarding.and_then(|f| f.input.as_ref()) {
+            params.input_responses = round
+                .responses
+                .clone()
+                .and_then(|r| serde_json::from_value(r).ok());
+            params.request_state = round.state.clone();
         }
         let operation = format!("tool \"{tool}\"");
         // Not through `request`: the call keeps its own deadline, so that when it passes the
@@ -585,7 +610,7 @@ impl ServerConnection {
             crate::tasks::call_as_task(peer, tool, params.arguments, timeout, progress).await
         } else {
             let outcome = self
-                .call_with_progress(&session, &params, progress.clone())
+                .call_with_progress(&session, &params, progress.clone(), forwarding)
                 .await;
             // Where the tool's `execution` did not reach us (a plain JSON answer over HTTP),
             // the server's refusal says it: run it as a task, from now on too.
@@ -602,8 +627,21 @@ impl ServerConnection {
             }
         };
         let result = self.outcome(&session, &operation, outcome).await?;
+        if input_rounds::is_input_required(&result) {
+            return Ok(Reply::InputRequired(InputRequired { result }));
+        }
         // Already JSON: read it as ours directly, rather than copying it through `convert`.
-        serde_json::from_value(result).map_err(|e| self.schema_mismatch(&operation, e))
+        serde_json::from_value(result)
+            .map(Reply::Complete)
+            .map_err(|e| self.schema_mismatch(&operation, e))
+    }
+
+    /// The error for an input-required result that reached a caller with no client to ask.
+    fn unanswered(&self, operation: &str) -> McpError {
+        McpError::Unreachable {
+            server: self.config.name.clone(),
+            detail: format!("{operation}: the server still asks for input after our answers"),
+        }
     }
 
     /// The server's tasks (`tasks/list`, MCP 2025-11-25), as it describes them: `taskId`,
@@ -660,19 +698,12 @@ impl ServerConnection {
         session: &Session,
         params: &CallToolRequestParams,
         progress: Option<UnboundedSender<Progress>>,
+        forwarding: Option<&Forwarding>,
     ) -> Result<Value, ServiceError> {
         let peer = session.client.peer();
         let task_progress = progress.clone();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
-        let mut options = PeerRequestOptions::no_options();
-        if let Some(level) = self.log_level
-            && self.summary.era == ProtocolEra::Modern
-        {
-            // 2026-07-28 has no logging/setLevel; the level travels with each request.
-            let mut meta = rmcp::model::RequestMetaObject::default();
-            meta.set_log_level(level);
-            options = options.with_meta(meta);
-        }
+        let options = self.request_options(forwarding);
         let deadline = tokio::time::Instant::now() + self.config.timeout;
         let timed_out = || ServiceError::Timeout {
             timeout: self.config.timeout,
@@ -712,6 +743,12 @@ impl ServerConnection {
                 crate::tasks::follow(peer, host, created.task, self.config.timeout, task_progress)
                     .await
             }
+            // The questions are for the client we forward for: it answers and retries.
+            ServerResult::InputRequiredResult(questions)
+                if forwarding.is_some_and(|f| f.input.is_some()) =>
+            {
+                Ok(to_value(&questions))
+            }
             // A modern server needs input first: rmcp's helper runs the rounds through our
             // handler and re-issues the call, which MRTR makes safe (the server is stateless).
             ServerResult::InputRequiredResult(_) => {
@@ -721,6 +758,49 @@ impl ServerConnection {
             }
             other => Ok(to_value(&other)),
         }
+    }
+
+    /// Options for a request to this server: on a modern one the `_meta` that 2026-07-28
+    /// carries per request (it has no `logging/setLevel`), with the forwarded client's
+    /// capabilities and log level in place of ours.
+    fn request_options(&self, forwarding: Option<&Forwarding>) -> PeerRequestOptions {
+        let options = PeerRequestOptions::no_options();
+        if self.summary.era != ProtocolEra::Modern {
+            return options;
+        }
+        let mut meta = forwarding.and_then(Forwarding::meta).unwrap_or_default();
+        if forwarding.is_none_or(|f| f.log_level.is_none())
+            && let Some(level) = self.log_level
+        {
+            meta.set_log_level(level);
+        }
+        if meta.is_empty() {
+            options
+        } else {
+            options.with_meta(meta)
+        }
+    }
+
+    /// Sends a prompt or resource request on another client's behalf, under the server's
+    /// timeout, and returns the result's JSON as the server sent it (an input-required result
+    /// included).
+    async fn forward(
+        &self,
+        session: &Session,
+        operation: &str,
+        request: ClientRequest,
+        forwarding: &Forwarding,
+    ) -> Result<Value, McpError> {
+        let peer = session.client.peer();
+        let options = self.request_options(Some(forwarding));
+        let sent = async {
+            peer.send_request_with_option(request, options)
+                .await?
+                .await_response()
+                .await
+        };
+        let result = self.request(session, operation, sent).await?;
+        Ok(serde_json::to_value(result).unwrap_or_default())
     }
 
     /// Asks to be told when `uri` changes (`resources/subscribe` on legacy servers, a
@@ -932,6 +1012,77 @@ impl ServerConnection {
         self.convert(&operation, result)
     }
 
+    /// [`get_prompt`](Self::get_prompt) on another client's behalf: for a client that takes
+    /// input-required results, its answers go upstream and the server's questions come back.
+    pub async fn get_prompt_for(
+        &self,
+        name: &str,
+        arguments: Map<String, Value>,
+        forwarding: &Forwarding,
+    ) -> Result<Reply<PromptResult>, McpError> {
+        let Some(round) = &forwarding.input else {
+            return self.get_prompt(name, arguments).await.map(Reply::Complete);
+        };
+        let operation = format!("prompt \"{name}\"");
+        let mut params: rmcp::model::GetPromptRequestParams = self.convert(
+            &operation,
+            serde_json::json!({ "name": name, "arguments": arguments }),
+        )?;
+        params.input_responses = round
+            .responses
+            .clone()
+            .and_then(|r| serde_json::from_value(r).ok());
+        params.request_state = round.state.clone();
+        let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(params));
+        let session = self.live().await?;
+        let result = self
+            .forward(&session, &operation, request, forwarding)
+            .await?;
+        self.reply(&operation, result)
+    }
+
+    /// [`read_resource`](Self::read_resource) on another client's behalf, as
+    /// [`get_prompt_for`](Self::get_prompt_for).
+    pub async fn read_resource_for(
+        &self,
+        uri: &str,
+        forwarding: &Forwarding,
+    ) -> Result<Reply<Vec<ResourceContents>>, McpError> {
+        let Some(round) = &forwarding.input else {
+            return self.read_resource(uri).await.map(Reply::Complete);
+        };
+        let operation = format!("reading \"{uri}\"");
+        let mut params: rmcp::model::ReadResourceRequestParams =
+            self.convert(&operation, serde_json::json!({ "uri": uri }))?;
+        params.input_responses = round
+            .responses
+            .clone()
+            .and_then(|r| serde_json::from_value(r).ok());
+        params.request_state = round.state.clone();
+        let request =
+            ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(params));
+        let session = self.live().await?;
+        let mut result = self
+            .forward(&session, &operation, request, forwarding)
+            .await?;
+        if !input_rounds::is_input_required(&result) {
+            result = result.get("contents").cloned().unwrap_or_default();
+        }
+        self.reply(&operation, result)
+    }
+
+    /// A forwarded request's result JSON as ours, or the questions it asks.
+    fn reply<T: DeserializeOwned>(
+        &self,
+        operation: &str,
+        result: Value,
+    ) -> Result<Reply<T>, McpError> {
+        if input_rounds::is_input_required(&result) {
+            return Ok(Reply::InputRequired(InputRequired { result }));
+        }
+        self.convert(operation, result).map(Reply::Complete)
+    }
+
     /// Ends the session: closes the transport, then lets a child exit or kills it.
     pub async fn close(self) {
         let ServerConnection {
@@ -1115,6 +1266,7 @@ impl ServerConnection {
                 operation: operation.to_string(),
                 code: error.code.0,
                 message: error.message.to_string(),
+                data: error.data.map(Box::new),
             }),
             Err(ServiceError::Timeout { .. }) => Err(McpError::Timeout {
                 server,

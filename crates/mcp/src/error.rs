@@ -86,6 +86,8 @@ pub enum McpError {
         code: i32,
         /// The server's message.
         message: String,
+        /// The error's `data`, kept so a gateway can pass the error on whole.
+        data: Option<Box<serde_json::Value>>,
     },
     /// The server needs the user to finish a step at a URL first (the JSON-RPC error
     /// -32042, "URL elicitation required"): the URLs are shown, never opened.

@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod connection;
 pub mod error;
+pub mod input_rounds;
 mod legacy_fields;
 pub mod oauth_guard;
 pub mod private_files;

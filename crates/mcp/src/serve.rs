@@ -31,6 +31,7 @@ use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use crate::client::{ElicitationAnswer, ElicitationRequest, Progress};
 use crate::connection::Completion;
+use crate::input_rounds::{Forwarding, InputRequired, InputRound};
 
 /// What a served server announces about itself.
 #[derive(Debug, Clone, Default)]
@@ -76,6 +77,22 @@ pub enum ServeError {
     /// Something behind the server failed (`-32603`).
     #[error("{0}")]
     Internal(String),
+    /// A server behind this one refused the request with this JSON-RPC error, passed on whole
+    /// where its code means something to the client (a missing client capability, a resource
+    /// that does not exist).
+    #[error("{message} (code {code})")]
+    Upstream {
+        /// The JSON-RPC error code.
+        code: i32,
+        /// The message.
+        message: String,
+        /// The error's `data`.
+        data: Option<Value>,
+    },
+    /// Not a failure: the request needs the client's input first (2026-07-28 multi-round
+    /// trips). The adapter answers with this input-required result; the client retries.
+    #[error("the request needs the client's input")]
+    NeedsInput(InputRequired),
 }
 
 impl ServeError {
@@ -87,7 +104,32 @@ impl ServeError {
             }
             ServeError::Refused(_) => ErrorData::invalid_request(message, None),
             ServeError::Internal(_) => ErrorData::internal_error(message, None),
+            ServeError::Upstream {
+                code,
+                message,
+                data,
+            } => ErrorData::new(rmcp::model::ErrorCode(code), message, data),
+            // Answered as a result before it gets here (`input_required`); a method that
+            // cannot return one says so.
+            ServeError::NeedsInput(_) => ErrorData::internal_error(
+                "an input-required result is not allowed for this request",
+                None,
+            ),
         }
+    }
+}
+
+/// A service's answer as an rmcp response with an input-required arm: `complete` turns the
+/// result into rmcp's, and a [`ServeError::NeedsInput`] becomes the input-required result.
+fn with_input<T, R>(
+    answer: Result<T, ServeError>,
+    complete: impl FnOnce(T) -> Result<R, ErrorData>,
+    input_required: impl FnOnce(rmcp::model::InputRequiredResult) -> R,
+) -> Result<R, ErrorData> {
+    match answer {
+        Ok(value) => complete(value),
+        Err(ServeError::NeedsInput(questions)) => Ok(input_required(wire(questions.result)?)),
+        Err(error) => Err(error.into_error_data()),
     }
 }
 
@@ -121,6 +163,9 @@ pub struct Caller {
     /// When the call runs as a task (2026-07-28 tasks extension): questions for the client go
     /// through the task (`input_required`, answered with `tasks/update`), not as requests.
     task: Option<TaskContext>,
+    /// On a 2026-07-28 request, which takes input-required results: the answers and state it
+    /// carries from an earlier round (empty on the first).
+    input: Option<InputRound>,
 }
 
 impl std::fmt::Debug for Caller {
@@ -132,6 +177,52 @@ impl std::fmt::Debug for Caller {
 }
 
 impl Caller {
+    /// The caller of a request in `context`; `round` is the request's own `inputResponses`
+    /// and `requestState`, kept for a 2026-07-28 client.
+    fn new(
+        context: RequestContext<RoleServer>,
+        responses: Option<rmcp::model::InputResponses>,
+        state: Option<String>,
+    ) -> Caller {
+        let modern = context
+            .meta
+            .get("io.modelcontextprotocol/protocolVersion")
+            .is_some();
+        let input = modern.then(|| InputRound {
+            responses: responses.map(to_json),
+            state,
+        });
+        Caller {
+            context,
+            task: None,
+            input,
+        }
+    }
+
+    /// What a request made upstream on this client's behalf carries from it. A 2026-07-28
+    /// client's capabilities, log level and answers go upstream, and the upstream's questions
+    /// come back to it; a legacy client declared its capabilities at `initialize` and is asked
+    /// directly, and `legacy_level` is the log level to ask for on its behalf.
+    pub fn forwarding(&self, legacy_level: Option<&str>) -> Forwarding {
+        let Some(round) = &self.input else {
+            return Forwarding {
+                client_capabilities: None,
+                log_level: legacy_level.map(str::to_string),
+                input: None,
+            };
+        };
+        Forwarding {
+            client_capabilities: self.context.meta.client_capabilities().map(to_json),
+            log_level: self
+                .context
+                .meta
+                .log_level()
+                .and_then(|level| to_json(level).as_str().map(str::to_string)),
+            // Inside a task the questions go through the task, as for any service.
+            input: self.task.is_none().then(|| round.clone()),
+        }
+    }
+
     /// A sender for this request's progress, when the client asked for progress; each
     /// value sent becomes one `notifications/progress` with the client's token. The handle
     /// finishes once every sender is dropped and all progress is sent: await it before
@@ -331,8 +422,12 @@ pub trait McpService: Send + Sync + 'static {
     async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ServeError> {
         Ok(Vec::new())
     }
-    /// Reads a resource.
-    async fn read_resource(&self, uri: &str) -> Result<Vec<ResourceContents>, ServeError> {
+    /// Reads a resource for `caller`.
+    async fn read_resource(
+        &self,
+        uri: &str,
+        _caller: &Caller,
+    ) -> Result<Vec<ResourceContents>, ServeError> {
         Err(ServeError::NotFound {
             what: "resource",
             name: uri.to_string(),
@@ -342,11 +437,12 @@ pub trait McpService: Send + Sync + 'static {
     async fn list_prompts(&self) -> Result<Vec<Prompt>, ServeError> {
         Ok(Vec::new())
     }
-    /// Expands a prompt.
+    /// Expands a prompt for `caller`.
     async fn get_prompt(
         &self,
         name: &str,
         _arguments: Map<String, Value>,
+        _caller: &Caller,
     ) -> Result<PromptResult, ServeError> {
         Err(ServeError::NotFound {
             what: "prompt",
@@ -603,10 +699,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let caller = Caller {
-            context,
-            task: None,
-        };
+        let caller = Caller::new(context, None, None);
         let tools = self
             .service
             .list_tools(&caller)
@@ -620,10 +713,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let mut caller = Caller {
-            context,
-            task: None,
-        };
+        let mut caller = Caller::new(context, request.input_responses, request.request_state);
         let arguments = request.arguments.unwrap_or_default();
         // The service's answer first: it is cheap, while the client's capabilities are decoded
         // from the request's `_meta` each time they are asked for.
@@ -652,13 +742,15 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             });
             return Ok(CallToolResponse::Task(CreateTaskResult::new(task)));
         }
-        let result = self
+        let answer = self
             .service
             .call_tool(&request.name, arguments, &caller)
-            .await
-            .map_err(ServeError::into_error_data)?;
-        let result: rmcp::model::CallToolResult = self::result(to_json(result))?;
-        Ok(result.into())
+            .await;
+        with_input(
+            answer,
+            |done| Ok(CallToolResponse::Complete(self::result(to_json(done))?)),
+            CallToolResponse::InputRequired,
+        )
     }
 
     async fn get_task(
@@ -715,15 +807,19 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let contents = self
-            .service
-            .read_resource(&request.uri)
-            .await
-            .map_err(ServeError::into_error_data)?;
-        let result: rmcp::model::ReadResourceResult = result(json!({ "contents": contents }))?;
-        Ok(result.into())
+        let caller = Caller::new(context, request.input_responses, request.request_state);
+        let answer = self.service.read_resource(&request.uri, &caller).await;
+        with_input(
+            answer,
+            |contents| {
+                Ok(ReadResourceResponse::Complete(result(
+                    json!({ "contents": contents }),
+                )?))
+            },
+            ReadResourceResponse::InputRequired,
+        )
     }
 
     async fn list_prompts(
@@ -742,16 +838,19 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
+        let caller = Caller::new(context, request.input_responses, request.request_state);
         let arguments = request.arguments.unwrap_or_default();
-        let result = self
+        let answer = self
             .service
-            .get_prompt(&request.name, arguments)
-            .await
-            .map_err(ServeError::into_error_data)?;
-        let result: rmcp::model::GetPromptResult = self::result(to_json(result))?;
-        Ok(result.into())
+            .get_prompt(&request.name, arguments, &caller)
+            .await;
+        with_input(
+            answer,
+            |prompt| Ok(GetPromptResponse::Complete(self::result(to_json(prompt))?)),
+            GetPromptResponse::InputRequired,
+        )
     }
 
     async fn complete(

@@ -1,0 +1,109 @@
+//! Multi-round-trip requests (MCP 2026-07-28, SEP-2322) as they pass through Tether. A modern
+//! server that needs the client's input (an elicitation, a sampling, the roots) answers
+//! `tools/call`, `prompts/get` or `resources/read` with an input-required result; the client
+//! asks its user or model and sends the same request again with the answers and the opaque state.
+//!
+//! When Tether is the client (`tether run`, the tester), rmcp drives the rounds through our
+//! `HostHandler`. When it serves another client (`tether serve`), the rounds belong to that
+//! client: the gateway relays the upstream's questions and the client's answers verbatim, and
+//! sends the client's own capabilities upstream, so the upstream asks only what the client can
+//! answer and the gateway keeps no state between rounds (any replica can take the retry).
+
+use serde_json::Value;
+
+/// What a retried request carries: the answers to an earlier input-required result's
+/// questions, and the state that result carried, both exactly as the client sent them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InputRound {
+    /// `inputResponses`: each question's key to its answer.
+    pub responses: Option<Value>,
+    /// `requestState`, opaque to everyone but the server that issued it.
+    pub state: Option<String>,
+}
+
+/// An input-required result: the request cannot complete until the client answers these.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputRequired {
+    /// The result as the server sent it (`resultType`, `inputRequests`, `requestState`).
+    pub result: Value,
+}
+
+/// A request's answer: complete, or waiting for the client's input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply<T> {
+    /// The final result.
+    Complete(T),
+    /// Questions for the client; it retries with the answers.
+    InputRequired(InputRequired),
+}
+
+/// What a request made on another client's behalf carries from that client (the gateway's
+/// requests upstream).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Forwarding {
+    /// The client's own capabilities, sent upstream in place of ours on a modern request.
+    pub client_capabilities: Option<Value>,
+    /// The least severe log message the client wants; a modern upstream logs only when asked.
+    pub log_level: Option<String>,
+    /// Set for a client that takes input-required results (a 2026-07-28 client): its answers
+    /// go upstream, and the upstream's questions come back to it rather than being answered
+    /// through our host.
+    pub input: Option<InputRound>,
+}
+
+impl Forwarding {
+    /// `_meta` entries to add to the upstream request: the client's capabilities and log level.
+    pub(crate) fn meta(&self) -> Option<rmcp::model::RequestMetaObject> {
+        if self.client_capabilities.is_none() && self.log_level.is_none() {
+            return None;
+        }
+        let mut meta = rmcp::model::RequestMetaObject::default();
+        if let Some(capabilities) = &self.client_capabilities
+            && let Ok(capabilities) = serde_json::from_value(capabilities.clone())
+        {
+            meta.set_client_capabilities(capabilities);
+        }
+        if let Some(level) = self
+            .log_level
+            .as_deref()
+            .and_then(|l| serde_json::from_value(Value::String(l.to_string())).ok())
+        {
+            meta.set_log_level(level);
+        }
+        Some(meta)
+    }
+}
+
+/// Whether a result's JSON is an input-required result.
+pub(crate) fn is_input_required(result: &Value) -> bool {
+    result.get("resultType").and_then(Value::as_str) == Some("input_required")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn forwarding_meta_carries_the_clients_capabilities_and_level() {
+        let forwarding = Forwarding {
+            client_capabilities: Some(json!({"sampling": {}})),
+            log_level: Some("info".into()),
+            input: None,
+        };
+        let meta = serde_json::to_value(forwarding.meta().expect("meta")).expect("json");
+        assert_eq!(
+            meta["io.modelcontextprotocol/clientCapabilities"],
+            json!({"sampling": {}})
+        );
+        assert_eq!(meta["io.modelcontextprotocol/logLevel"], json!("info"));
+        assert!(Forwarding::default().meta().is_none());
+    }
+
+    #[test]
+    fn input_required_is_read_from_the_result_type() {
+        assert!(is_input_required(&json!({"resultType": "input_required"})));
+        assert!(!is_input_required(&json!({"resultType": "complete"})));
+        assert!(!is_input_required(&json!({"content": []})));
+    }
+}
