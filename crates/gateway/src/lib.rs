@@ -216,6 +216,7 @@ impl Gateway {
         });
         Arc::new(GatewaySession {
             log_level: Mutex::new(None),
+            subscribed: Mutex::new(Default::default()),
             gateway: self.clone(),
             selection,
             allowed_view: Mutex::default(),
@@ -550,6 +551,8 @@ pub struct GatewaySession {
     /// The level a legacy client set with `logging/setLevel`; a 2026-07-28 client sends its
     /// level with each request.
     log_level: Mutex<Option<String>>,
+    /// The resources this client subscribed to: only their updates reach it.
+    subscribed: Mutex<std::collections::HashSet<String>>,
 }
 
 type AllowedView = (Arc<Snapshot>, Vec<String>, Arc<Snapshot>);
@@ -832,6 +835,7 @@ impl McpService for GatewaySession {
             prompts: any("prompts"),
             completions: any("completions"),
             logging: true,
+            subscribe: any("resources.subscribe"),
             list_changed: true,
             tasks: any("tasks"),
         }
@@ -939,6 +943,47 @@ impl McpService for GatewaySession {
             self.get_prompt_untraced(name, arguments, caller),
         )
         .await
+    }
+
+    async fn subscribe(&self, uri: &str) -> Result<(), ServeError> {
+        let owner = self
+            .gateway
+            .resource_owner(uri)
+            .await
+            .ok_or_else(|| ServeError::NotFound {
+                what: "resource",
+                name: uri.to_string(),
+            })?;
+        // One upstream subscription serves every client; each hears only what it asked for.
+        self.gateway
+            .connection(&owner)?
+            .subscribe(uri)
+            .await
+            .map_err(|e| match e {
+                McpError::Rpc { .. } => passed_on(e),
+                other => ServeError::Refused(other.to_string()),
+            })?;
+        if let Ok(mut subscribed) = self.subscribed.lock() {
+            subscribed.insert(uri.to_string());
+        }
+        Ok(())
+    }
+
+    async fn unsubscribe(&self, uri: &str) -> Result<(), ServeError> {
+        if let Ok(mut subscribed) = self.subscribed.lock() {
+            subscribed.remove(uri);
+        }
+        Ok(())
+    }
+
+    fn wants(&self, change: &ServiceChange) -> bool {
+        match change {
+            ServiceChange::ResourceUpdated(uri) => self
+                .subscribed
+                .lock()
+                .is_ok_and(|subscribed| subscribed.contains(uri)),
+            _ => true,
+        }
     }
 
     fn set_log_level(&self, level: &str) {

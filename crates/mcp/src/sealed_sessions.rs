@@ -33,7 +33,14 @@ pub struct SealedSessions {
     /// rmcp's id of each session created here → its sealed id, until the `initialize`
     /// response carrying it has been rewritten.
     fresh: Mutex<HashMap<String, String>>,
+    /// Sessions a client ended with DELETE here, by rmcp's id, so their sealed ids are not
+    /// restored again (404, as the spec asks). Other replicas cannot know without a shared
+    /// store: there a DELETEd id still opens, the price of keeping none.
+    ended: Mutex<std::collections::VecDeque<String>>,
 }
+
+/// How many ended sessions a replica remembers; the oldest are forgotten first.
+const ENDED_REMEMBERED: usize = 10_000;
 
 impl std::fmt::Debug for SealedSessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -68,6 +75,7 @@ impl SealedSessions {
         Ok(SealedSessions {
             key: LessSafeKey::new(key),
             fresh: Mutex::default(),
+            ended: Mutex::default(),
         })
     }
 
@@ -107,14 +115,33 @@ impl SealedSessions {
     pub(crate) fn take_fresh(&self, local: &str) -> Option<String> {
         self.fresh.lock().ok()?.remove(local)
     }
+
+    /// Remembers that the client ended session `local` (rmcp's id), so it is not restored.
+    pub(crate) fn end(&self, local: &str) {
+        if let Ok(mut ended) = self.ended.lock() {
+            if ended.len() >= ENDED_REMEMBERED {
+                ended.pop_front();
+            }
+            ended.push_back(local.to_string());
+        }
+    }
+
+    fn has_ended(&self, local: &str) -> bool {
+        self.ended
+            .lock()
+            .is_ok_and(|ended| ended.iter().any(|id| id == local))
+    }
 }
 
 #[async_trait::async_trait]
 impl SessionStore for SealedSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let Some((_, params)) = self.open(session_id) else {
+        let Some((local, params)) = self.open(session_id) else {
             return Ok(None);
         };
+        if self.has_ended(&local) {
+            return Ok(None);
+        }
         Ok(serde_json::from_value(params).ok().map(SessionState::new))
     }
 
@@ -144,6 +171,17 @@ mod tests {
     fn params() -> Value {
         json!({"protocolVersion": "2025-11-25", "capabilities": {"sampling": {}},
             "clientInfo": {"name": "c", "version": "1"}})
+    }
+
+    #[tokio::test]
+    async fn an_ended_session_is_not_restored_here() {
+        let here = SealedSessions::new(Some("a shared secret of some length")).unwrap();
+        let state: SessionState = SessionState::new(serde_json::from_value(params()).unwrap());
+        here.store("local-2", &state).await.unwrap();
+        let sealed = here.take_fresh("local-2").unwrap();
+        assert!(here.load(&sealed).await.unwrap().is_some());
+        here.end("local-2");
+        assert!(here.load(&sealed).await.unwrap().is_none());
     }
 
     #[tokio::test]

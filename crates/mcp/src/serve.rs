@@ -50,6 +50,8 @@ pub struct ServiceInfo {
     pub completions: bool,
     /// It forwards log messages.
     pub logging: bool,
+    /// Clients may subscribe to resource updates (`resources/subscribe`).
+    pub subscribe: bool,
     /// It announces list changes (`listChanged` on each list it serves).
     pub list_changed: bool,
     /// Some of its tools run as tasks for clients that take them (the 2026-07-28 tasks
@@ -459,6 +461,20 @@ pub trait McpService: Send + Sync + 'static {
     ) -> Result<Vec<String>, ServeError> {
         Ok(Vec::new())
     }
+    /// Starts telling this client when `uri` changes (`resources/subscribe`).
+    async fn subscribe(&self, uri: &str) -> Result<(), ServeError> {
+        Err(ServeError::Refused(format!(
+            "resource \"{uri}\" offers no subscription here"
+        )))
+    }
+    /// Stops telling this client when `uri` changes (`resources/unsubscribe`).
+    async fn unsubscribe(&self, _uri: &str) -> Result<(), ServeError> {
+        Ok(())
+    }
+    /// Whether this client is to hear `change` (a resource update only if it subscribed).
+    fn wants(&self, _change: &ServiceChange) -> bool {
+        true
+    }
     /// The least severe log level the client wants (`logging/setLevel`).
     fn set_log_level(&self, _level: &str) {}
     /// Changes to announce to clients, when it has any.
@@ -577,6 +593,7 @@ impl<S: McpService + ?Sized> ServedService<S> {
         let Some(mut changes) = self.service.changes() else {
             return;
         };
+        let service = self.service.clone();
         tokio::spawn(async move {
             loop {
                 let change = match changes.recv().await {
@@ -586,6 +603,9 @@ impl<S: McpService + ?Sized> ServedService<S> {
                 };
                 if peer.is_transport_closed() {
                     break;
+                }
+                if !service.wants(&change) {
+                    continue;
                 }
                 let sent = match change {
                     ServiceChange::Tools => peer.notify_tool_list_changed().await,
@@ -620,7 +640,8 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
         let list_changed = info.list_changed;
         let mut capabilities = json!({"tools": {"listChanged": list_changed}});
         if info.resources {
-            capabilities["resources"] = json!({"listChanged": list_changed, "subscribe": false});
+            capabilities["resources"] =
+                json!({"listChanged": list_changed, "subscribe": info.subscribe});
         }
         if info.prompts {
             capabilities["prompts"] = json!({"listChanged": list_changed});
@@ -682,6 +703,28 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
                 return Ok(());
             }
         }
+    }
+
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.service
+            .subscribe(&request.uri)
+            .await
+            .map_err(ServeError::into_error_data)
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.service
+            .unsubscribe(&request.uri)
+            .await
+            .map_err(ServeError::into_error_data)
     }
 
     async fn set_level(

@@ -285,6 +285,7 @@ impl Edge {
 
     /// A sealed session id this replica holds becomes rmcp's own id for it; any other id
     /// passes unchanged (rmcp restores a sealed one it does not hold, and refuses the rest).
+    /// A DELETE ends the session here for good.
     async fn open_session_id(&self, request: &mut Request<Incoming>) {
         let Some(sealed) = request
             .headers()
@@ -296,6 +297,9 @@ impl Edge {
         let Some((local, _)) = self.sessions.open(sealed) else {
             return;
         };
+        if request.method() == hyper::Method::DELETE {
+            self.sessions.end(&local);
+        }
         if matches!(
             self.manager.has_session(&local.as_str().into()).await,
             Ok(true)
