@@ -776,6 +776,13 @@ impl GatewaySession {
                 Ok(text_result(text))
             }
             Resolved::Tool { tool, arguments } => {
+                // Called by its own name (not through mcp_query): its headers were set from
+                // the schema the client listed.
+                if self.gateway.exposed(&tool.server, &tool.tool.name) == name
+                    && let Value::Object(map) = &arguments
+                {
+                    caller.check_param_headers(&tool.tool.input_schema, map)?;
+                }
                 if let Err(reason) = self.approve(&tool.qualified_name, &arguments, caller).await {
                     self.gateway.options.metrics.tool_call(
                         &tool.server,

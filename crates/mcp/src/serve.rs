@@ -91,6 +91,9 @@ pub enum ServeError {
         /// The error's `data`.
         data: Option<Value>,
     },
+    /// An `Mcp-Param-*` header disagrees with the request body (`-32020`, HTTP 400).
+    #[error("{0}")]
+    HeaderMismatch(String),
     /// Not a failure: the request needs the client's input first (2026-07-28 multi-round
     /// trips). The adapter answers with this input-required result; the client retries.
     #[error("the request needs the client's input")]
@@ -111,6 +114,9 @@ impl ServeError {
                 message,
                 data,
             } => ErrorData::new(rmcp::model::ErrorCode(code), message, data),
+            ServeError::HeaderMismatch(_) => {
+                ErrorData::new(rmcp::model::ErrorCode(HEADER_MISMATCH), message, None)
+            }
             // Answered as a result before it gets here (`input_required`); a method that
             // cannot return one says so.
             ServeError::NeedsInput(_) => ErrorData::internal_error(
@@ -120,6 +126,9 @@ impl ServeError {
         }
     }
 }
+
+/// JSON-RPC error code of a request whose headers disagree with its body (2026-07-28).
+const HEADER_MISMATCH: i32 = -32020;
 
 /// A service's answer as an rmcp response with an input-required arm: `complete` turns the
 /// result into rmcp's, and a [`ServeError::NeedsInput`] becomes the input-required result.
@@ -295,6 +304,54 @@ impl Caller {
         task.request_input(format!("{method}-{n}"), request)
             .await
             .map_err(|_| format!("the task ended before the client answered {method}"))
+    }
+
+    /// Checks a 2026-07-28 HTTP call's `Mcp-Param-*` headers against its arguments (SEP-2243):
+    /// each parameter of `schema` marked `x-mcp-header` must travel in that header too, as its
+    /// literal value or `=?base64?…?=`, so that proxies and load balancers routing on headers
+    /// see what the server acts on. Other requests pass.
+    pub fn check_param_headers(
+        &self,
+        schema: &Value,
+        arguments: &Map<String, Value>,
+    ) -> Result<(), ServeError> {
+        let Some(parts) = self.context.extensions.get::<http::request::Parts>() else {
+            return Ok(());
+        };
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+            return Ok(());
+        };
+        if self.input.is_none() {
+            return Ok(());
+        }
+        for (name, property) in properties {
+            let Some(header) = property.get("x-mcp-header").and_then(Value::as_str) else {
+                continue;
+            };
+            let field = format!("Mcp-Param-{header}");
+            let sent = parts.headers.get(field.as_str());
+            let expected = match arguments.get(name) {
+                None | Some(Value::Null) => None,
+                Some(Value::String(text)) => Some(text.clone()),
+                Some(other) => Some(other.to_string()),
+            };
+            let sent = match sent {
+                None => None,
+                Some(value) => Some(header_value(value.as_bytes()).ok_or_else(|| {
+                    ServeError::HeaderMismatch(format!(
+                        "header {field} is not valid: base64 values need =?base64?…?= around canonical base64 of UTF-8"
+                    ))
+                })?),
+            };
+            if sent != expected {
+                return Err(ServeError::HeaderMismatch(format!(
+                    "header {field} ({}) does not match argument \"{name}\" ({}) of the body",
+                    sent.as_deref().unwrap_or("missing"),
+                    expected.as_deref().unwrap_or("absent"),
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The W3C trace context the client sent with this request: `_meta.traceparent`, as MCP
@@ -931,5 +988,46 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
         let total = values.len();
         values.truncate(100);
         result(json!({"completion": {"values": values, "total": total, "hasMore": total > 100}}))
+    }
+}
+
+/// An `Mcp-Param-*` header's value: `=?base64?…?=` decoded (strict, padded), anything else
+/// literal; surrounding whitespace is not part of it. `None` when it does not decode.
+fn header_value(raw: &[u8]) -> Option<String> {
+    use base64::Engine;
+    let text = std::str::from_utf8(raw).ok()?.trim();
+    match text
+        .strip_prefix("=?base64?")
+        .and_then(|rest| rest.strip_suffix("?="))
+    {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(text.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod header_tests {
+    use super::header_value;
+
+    #[test]
+    fn param_headers_are_literal_or_strict_base64() {
+        assert_eq!(header_value(b" Hello ").as_deref(), Some("Hello"));
+        assert_eq!(
+            header_value(b"=?base64?SGVsbG8=?=").as_deref(),
+            Some("Hello")
+        );
+        // Unpadded and out-of-alphabet base64 are refused, not read as text.
+        assert_eq!(header_value(b"=?base64?SGVsbG8?="), None);
+        assert_eq!(header_value(b"=?base64?SGVs!!!bG8=?="), None);
+        // Without both markers the value is literal.
+        assert_eq!(
+            header_value(b"=?base64?SGVsbG8=").as_deref(),
+            Some("=?base64?SGVsbG8=")
+        );
     }
 }
