@@ -203,7 +203,7 @@ impl ServerConnection {
             .and_then(|level| serde_json::from_value(Value::from(level)).ok());
         let (session, summary) =
             open_session(config, &host, authorization, &progress, &stale, log_level).await?;
-        Ok(ServerConnection {
+        let connection = ServerConnection {
             config: config.clone(),
             host,
             session: std::sync::RwLock::new(Arc::new(session)),
@@ -217,7 +217,46 @@ impl ServerConnection {
             log_level,
             startup: started.elapsed(),
             task_tools: Default::default(),
-        })
+        };
+        connection.watch_lists(&connection.live().await?);
+        Ok(connection)
+    }
+
+    /// Keeps a `subscriptions/listen` stream open to a 2026-07-28 server for the list changes
+    /// it announces: a modern server sends `list_changed` only on such a stream (the tap
+    /// handles each notification as it arrives, as on a legacy connection). A legacy server
+    /// sends them unasked.
+    fn watch_lists(&self, session: &Arc<Session>) {
+        if self.summary.era != ProtocolEra::Modern {
+            return;
+        }
+        let mut filter = rmcp::model::SubscriptionFilter::builder();
+        let mut any = false;
+        for (list, wanted) in [("tools", 0), ("prompts", 1), ("resources", 2)] {
+            if self.summary.has_capability(&format!("{list}.listChanged")) {
+                any = true;
+                filter = match wanted {
+                    0 => filter.tools_list_changed(),
+                    1 => filter.prompts_list_changed(),
+                    _ => filter.resources_list_changed(),
+                };
+            }
+        }
+        if !any {
+            return;
+        }
+        let filter = filter.build();
+        // The peer, not the session: `close` must be able to take the session back whole.
+        let peer = session.client.peer().clone();
+        let watch = tokio::spawn(async move {
+            let Ok(mut stream) = peer.listen(filter).await else {
+                return;
+            };
+            while let Ok(Some(_)) = stream.next().await {}
+        });
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.push(watch);
+        }
     }
 }
 
@@ -1212,6 +1251,7 @@ impl ServerConnection {
             Ok(mut slot) => *slot = session.clone(),
             Err(poisoned) => *poisoned.into_inner() = session.clone(),
         }
+        self.watch_lists(&session);
         let restarts = self.restarts.fetch_add(1, Ordering::Relaxed) + 1;
         self.host.notify(
             &server,
