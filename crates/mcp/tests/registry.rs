@@ -274,3 +274,39 @@ async fn a_task_tool_reports_its_steps_and_is_cancelled_when_dropped() {
     }
     registry.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_modern_servers_tool_list_change_reaches_the_connection() {
+    // A 2026-07-28 server announces list changes only on a subscriptions/listen stream, which
+    // the connection keeps open; without it the change is never heard.
+    let server = test_support::HttpServer::modern();
+    let config = tether_mcp::config::adhoc_url(&format!("modern={}", server.url), &[]).unwrap();
+    let connection =
+        tether_mcp::ServerConnection::connect(&config, Arc::new(tether_mcp::HeadlessHost))
+            .await
+            .unwrap();
+    let mut changes = connection.tool_changes();
+    let before: Vec<String> = connection
+        .list_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(!before.contains(&"grown".to_string()), "{before:?}");
+    connection.call_tool("grow", None, None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), changes.changed())
+        .await
+        .expect("tools/list_changed within 10 s")
+        .unwrap();
+    assert!(connection.tools_changed());
+    let after: Vec<String> = connection
+        .list_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(after.contains(&"grown".to_string()), "{after:?}");
+    connection.close().await;
+}

@@ -389,7 +389,7 @@ fn modern_era_over_streamable_http() {
     ok(&run);
     let rows: Value = serde_json::from_str(&run.stdout).unwrap();
     assert_eq!(rows[0]["protocolVersion"], "2026-07-28");
-    assert_eq!(rows[0]["tools"], 6);
+    assert_eq!(rows[0]["tools"], 7);
 
     let run = tether(&[
         "call", "modern", "add", "a=2", "b=40", "--url", &url, "--json",
