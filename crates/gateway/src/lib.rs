@@ -20,7 +20,7 @@ use tether_catalog::selection::{
     Resolved, SelectionMode, SelectionOptions, ToolSelection, selection_for,
 };
 use tether_catalog::{ServerTools, Snapshot, ToolCatalog};
-use tether_mcp::input_rounds::{Forwarding, Reply};
+use tether_mcp::input_rounds::{Forwarding, InputRequired, Reply};
 use tether_mcp::router::qualify;
 use tether_mcp::{
     CallOutcome, Caller, Completion, ElicitationAnswer, ElicitationRequest, HostHandler, McpError,
@@ -631,14 +631,9 @@ impl GatewaySession {
     }
 
     /// Applies the config's rules; `ask` goes to the client's user when it can be asked.
-    async fn approve(
-        &self,
-        qualified_name: &str,
-        arguments: &Value,
-        caller: &Caller,
-    ) -> Result<(), String> {
+    async fn approve(&self, qualified_name: &str, arguments: &Value, caller: &Caller) -> Approval {
         if let Some((server, change)) = self.gateway.catalog.pin_change(qualified_name) {
-            return Err(format!(
+            return Approval::Refused(format!(
                 "\"{qualified_name}\" is blocked: it changed since it was pinned ({change}); whoever runs the gateway must review it and run `tether pins accept {server}`"
             ));
         }
@@ -654,22 +649,49 @@ impl GatewaySession {
             },
             true,
         );
+        let message = format!("Allow the tool \"{qualified_name}\" with {arguments}?");
+        let schema = json!({"type": "object", "properties": {}});
         match decision {
-            Decision::Allow => Ok(()),
-            Decision::Deny(reason) => Err(format!("\"{qualified_name}\" is blocked: {reason}")),
+            Decision::Allow => Approval::Granted { in_round: false },
+            Decision::Deny(reason) => {
+                Approval::Refused(format!("\"{qualified_name}\" is blocked: {reason}"))
+            }
+            // A 2026-07-28 client is asked with an input-required result and answers in its
+            // retry; the gateway keeps nothing in between.
+            Decision::Ask if caller.input_round().is_some() => {
+                let round = caller.input_round().cloned().unwrap_or_default();
+                if round.is_marked(APPROVED) {
+                    return Approval::Granted { in_round: true };
+                }
+                match round
+                    .answer(APPROVAL_KEY)
+                    .and_then(|a| a.get("action"))
+                    .and_then(Value::as_str)
+                {
+                    Some("accept") => Approval::Granted { in_round: true },
+                    Some(_) => {
+                        Approval::Refused(format!("the user did not approve \"{qualified_name}\""))
+                    }
+                    None if caller.declared("elicitation") => {
+                        Approval::Question(InputRequired::form(APPROVAL_KEY, &message, schema))
+                    }
+                    None => Approval::Refused(format!(
+                        "\"{qualified_name}\" needs the user's approval (an \"ask\" rule in the gateway's config), and this client cannot be asked (it does not support elicitation)"
+                    )),
+                }
+            }
             Decision::Ask => {
                 if !caller.supports("elicitation") {
-                    return Err(format!(
+                    return Approval::Refused(format!(
                         "\"{qualified_name}\" needs the user's approval (an \"ask\" rule in the gateway's config), and this client cannot be asked (it does not support elicitation)"
                     ));
                 }
-                let request = ElicitationRequest::Form {
-                    message: format!("Allow the tool \"{qualified_name}\" with {arguments}?"),
-                    schema: json!({"type": "object", "properties": {}}),
-                };
+                let request = ElicitationRequest::Form { message, schema };
                 match caller.elicit(request).await {
-                    ElicitationAnswer::Accept(_) => Ok(()),
-                    _ => Err(format!("the user did not approve \"{qualified_name}\"")),
+                    ElicitationAnswer::Accept(_) => Approval::Granted { in_round: false },
+                    _ => {
+                        Approval::Refused(format!("the user did not approve \"{qualified_name}\""))
+                    }
                 }
             }
         }
@@ -783,21 +805,35 @@ impl GatewaySession {
                 {
                     caller.check_param_headers(&tool.tool.input_schema, map)?;
                 }
-                if let Err(reason) = self.approve(&tool.qualified_name, &arguments, caller).await {
-                    self.gateway.options.metrics.tool_call(
-                        &tool.server,
-                        &tool.tool.name,
-                        CallOutcome::Refused,
-                        0.0,
-                    );
-                    return Ok(error_result(reason));
-                }
+                let asked_in_round = match self
+                    .approve(&tool.qualified_name, &arguments, caller)
+                    .await
+                {
+                    Approval::Granted { in_round } => in_round,
+                    Approval::Question(question) => return Err(ServeError::NeedsInput(question)),
+                    Approval::Refused(reason) => {
+                        self.gateway.options.metrics.tool_call(
+                            &tool.server,
+                            &tool.tool.name,
+                            CallOutcome::Refused,
+                            0.0,
+                        );
+                        return Ok(error_result(reason));
+                    }
+                };
                 let arguments = match arguments {
                     Value::Object(map) => map,
                     _ => Map::new(),
                 };
-                let forwarding = self.forwarding(caller);
-                self.gateway
+                let mut forwarding = self.forwarding(caller);
+                if asked_in_round {
+                    // The approval was ours: its answer and mark stay here.
+                    forwarding.input = forwarding
+                        .input
+                        .map(|round| round.without(APPROVAL_KEY, APPROVED));
+                }
+                let outcome = self
+                    .gateway
                     .call_upstream(
                         &tool.server,
                         &tool.tool.name,
@@ -805,7 +841,15 @@ impl GatewaySession {
                         caller,
                         &forwarding,
                     )
-                    .await
+                    .await;
+                match outcome {
+                    // The upstream's own questions carry the mark, so the client's next round
+                    // is not asked for approval again.
+                    Err(ServeError::NeedsInput(question)) if asked_in_round => {
+                        Err(ServeError::NeedsInput(question.marked(APPROVED)))
+                    }
+                    other => other,
+                }
             }
         }
     }
@@ -1056,4 +1100,23 @@ fn complete<T>(reply: Reply<T>) -> Result<T, ServeError> {
         Reply::Complete(value) => Ok(value),
         Reply::InputRequired(questions) => Err(ServeError::NeedsInput(questions)),
     }
+}
+
+/// The key under which the gateway asks a 2026-07-28 client to approve a call (an `ask` rule).
+const APPROVAL_KEY: &str = "dev.tether/approval";
+
+/// Marks the request state of a call the client approved, for the rounds that follow.
+const APPROVED: &str = "dev.tether/approved:";
+
+/// What the approval rules say about one call.
+enum Approval {
+    /// Go ahead.
+    Granted {
+        /// A 2026-07-28 client approved it in this request's input round (or an earlier one).
+        in_round: bool,
+    },
+    /// Refused, with the reason the client sees.
+    Refused(String),
+    /// Ask the client first.
+    Question(InputRequired),
 }

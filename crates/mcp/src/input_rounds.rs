@@ -21,11 +21,66 @@ pub struct InputRound {
     pub state: Option<String>,
 }
 
+impl InputRound {
+    /// The client's answer to the question asked under `key`, if this round carries one.
+    pub fn answer(&self, key: &str) -> Option<&Value> {
+        self.responses.as_ref()?.get(key)
+    }
+
+    /// This round as it goes upstream when the gateway asked `key` itself and marked the
+    /// state with `mark`: that answer and that mark taken off, the rest untouched.
+    pub fn without(&self, key: &str, mark: &str) -> InputRound {
+        let responses = self.responses.clone().map(|mut responses| {
+            if let Value::Object(map) = &mut responses {
+                map.remove(key);
+            }
+            responses
+        });
+        let responses = responses.filter(|r| r.as_object().is_none_or(|m| !m.is_empty()));
+        let state = match self.state.as_deref().map(|s| s.strip_prefix(mark)) {
+            Some(Some("")) => None,
+            Some(Some(rest)) => Some(rest.to_string()),
+            _ => self.state.clone(),
+        };
+        InputRound { responses, state }
+    }
+
+    /// Whether the state carries `mark` (set by [`InputRequired::marked`]).
+    pub fn is_marked(&self, mark: &str) -> bool {
+        self.state.as_deref().is_some_and(|s| s.starts_with(mark))
+    }
+}
+
 /// An input-required result: the request cannot complete until the client answers these.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputRequired {
     /// The result as the server sent it (`resultType`, `inputRequests`, `requestState`).
     pub result: Value,
+}
+
+impl InputRequired {
+    /// Asks one form (`elicitation/create`) under `key`.
+    pub fn form(key: &str, message: &str, schema: Value) -> InputRequired {
+        let request = serde_json::json!({"method": "elicitation/create", "params": {
+            "mode": "form", "message": message, "requestedSchema": schema}});
+        let mut requests = serde_json::Map::new();
+        requests.insert(key.to_string(), request);
+        InputRequired {
+            result: serde_json::json!({"resultType": "input_required", "inputRequests": requests}),
+        }
+    }
+
+    /// The same questions with `mark` before the request state, so the client's retry shows
+    /// what this hop already settled (the state is opaque to the client, which echoes it).
+    pub fn marked(mut self, mark: &str) -> InputRequired {
+        let state = self
+            .result
+            .get("requestState")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        self.result["requestState"] = Value::String(format!("{mark}{state}"));
+        self
+    }
 }
 
 /// A request's answer: complete, or waiting for the client's input.
@@ -98,6 +153,31 @@ mod tests {
         );
         assert_eq!(meta["io.modelcontextprotocol/logLevel"], json!("info"));
         assert!(Forwarding::default().meta().is_none());
+    }
+
+    #[test]
+    fn a_marked_round_goes_upstream_without_the_mark_and_the_own_answer() {
+        let asked = InputRequired::form("own", "Allow?", json!({"type": "object"}));
+        assert!(is_input_required(&asked.result));
+        let upstream = InputRequired {
+            result: json!({"resultType": "input_required", "requestState": "up"}),
+        };
+        assert_eq!(upstream.marked("m:").result["requestState"], json!("m:up"));
+        let round = InputRound {
+            responses: Some(json!({"own": {"action": "accept"}, "theirs": 1})),
+            state: Some("m:up".into()),
+        };
+        assert!(round.is_marked("m:"));
+        assert_eq!(round.answer("own"), Some(&json!({"action": "accept"})));
+        let sent = round.without("own", "m:");
+        assert_eq!(sent.responses, Some(json!({"theirs": 1})));
+        assert_eq!(sent.state.as_deref(), Some("up"));
+        let bare = InputRound {
+            responses: Some(json!({"own": {}})),
+            state: Some("m:".into()),
+        }
+        .without("own", "m:");
+        assert_eq!(bare, InputRound::default());
     }
 
     #[test]

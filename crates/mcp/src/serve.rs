@@ -210,6 +210,23 @@ impl Caller {
         }
     }
 
+    /// The answers and state of this request, when it comes from a 2026-07-28 client that
+    /// takes input-required results (outside a task, whose questions go through the task).
+    pub fn input_round(&self) -> Option<&InputRound> {
+        self.input.as_ref().filter(|_| self.task.is_none())
+    }
+
+    /// Whether this 2026-07-28 request declared `capability` (`elicitation`, `sampling`,
+    /// `roots`) in its `_meta`: what it can answer in an input-required result.
+    pub fn declared(&self, capability: &str) -> bool {
+        self.context
+            .meta
+            .client_capabilities()
+            .map(to_json)
+            .and_then(|c| c.get(capability).cloned())
+            .is_some_and(|c| !c.is_null())
+    }
+
     /// What a request made upstream on this client's behalf carries from it. A 2026-07-28
     /// client's capabilities, log level and answers go upstream, and the upstream's questions
     /// come back to it; a legacy client declared its capabilities at `initialize` and is asked

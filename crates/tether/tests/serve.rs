@@ -272,7 +272,7 @@ fn no_prefix_keeps_the_upstream_names_and_needs_one_server() {
 }
 
 #[test]
-fn the_gateway_enforces_deny_and_refuses_ask_without_elicitation() {
+fn the_gateway_enforces_deny_and_asks_the_client_for_ask() {
     let config = one_server(json!({"approval": {
         "deny": ["everything__get-env"],
         "ask": ["everything__echo"],
@@ -290,8 +290,10 @@ fn the_gateway_enforces_deny_and_refuses_ask_without_elicitation() {
         config,
         &["--prefixed", "call", "gw", "everything__echo", "message=hi"],
     );
+    // The tester speaks 2026-07-28 to the gateway: the approval comes to it as an input round,
+    // which its host answers with a decline when no one is at a terminal to ask.
     assert_eq!(code, 3, "{stdout}");
-    assert!(stdout.contains("needs the user's approval"), "{stdout}");
+    assert!(stdout.contains("did not approve"), "{stdout}");
 }
 
 /// `tether serve --http 127.0.0.1:0` in front of everything and time; killed on drop.
@@ -791,18 +793,31 @@ fn modern_call(
     meta_traceparent: Option<&str>,
     header_traceparent: Option<&str>,
 ) -> String {
-    use std::io::Write;
-    let mut meta = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "trace-test", "version": "1"},
-    });
+    let mut meta = modern_meta(json!({}));
     if let Some(traceparent) = meta_traceparent {
         meta["traceparent"] = json!(traceparent);
     }
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments, "_meta": meta}})
-    .to_string();
+    let params = json!({"name": tool, "arguments": arguments, "_meta": meta});
+    let header = header_traceparent
+        .map(|t| format!("traceparent: {t}\r\n"))
+        .unwrap_or_default();
+    post_modern(url, tool, params, &header)
+}
+
+/// The `_meta` of a 2026-07-28 request from a client with `capabilities`.
+fn modern_meta(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "1"},
+    })
+}
+
+/// POSTs one 2026-07-28 `tools/call` of `tool` with `params` and returns the whole response.
+fn post_modern(url: &str, tool: &str, params: Value, extra_headers: &str) -> String {
+    use std::io::Write;
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}).to_string();
     let address = url
         .trim_start_matches("http://")
         .split('/')
@@ -811,14 +826,11 @@ fn modern_call(
         .to_string();
     let mut stream = std::net::TcpStream::connect(&address).unwrap();
     stream.set_read_timeout(Some(DEADLINE)).unwrap();
-    let header = header_traceparent
-        .map(|t| format!("traceparent: {t}\r\n"))
-        .unwrap_or_default();
     write!(
         stream,
         "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
-         Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\n{header}Content-Length: {}\r\n\
+         Mcp-Method: tools/call\r\nMcp-Name: {tool}\r\n{extra_headers}Content-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
     )
@@ -836,6 +848,70 @@ fn modern_call(
         response.extend_from_slice(&buffer[..n]);
     }
     String::from_utf8_lossy(&response).into_owned()
+}
+
+/// The JSON-RPC message in a response (plain JSON or one SSE `data:` line).
+fn rpc_message(response: &str) -> Value {
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    body.lines()
+        .map(|line| line.strip_prefix("data:").unwrap_or(line).trim())
+        .find_map(|line| {
+            serde_json::from_str::<Value>(line)
+                .ok()
+                .filter(|v| v["id"] == 1)
+        })
+        .unwrap_or_else(|| panic!("no JSON-RPC answer in {response}"))
+}
+
+#[test]
+fn an_ask_rule_asks_a_modern_client_in_an_input_round() {
+    // A 2026-07-28 client takes no requests from the gateway: the approval is an input-required
+    // result it answers in its retry, and the gateway keeps nothing in between.
+    let dir = scratch_dir("serve", "ask-modern");
+    let config = dir.join("rules.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {}, "approval": {"ask": ["everything__echo"]}}).to_string(),
+    )
+    .unwrap();
+    let gateway = HttpGateway::start(&["--config", config.to_str().unwrap()], &[]);
+    let call = |capabilities: Value, round: Value| {
+        let mut params = json!({"name": "everything__echo", "arguments": {"message": "hi"},
+            "_meta": modern_meta(capabilities)});
+        if let (Value::Object(params), Value::Object(round)) = (&mut params, round) {
+            params.extend(round);
+        }
+        rpc_message(&post_modern(&gateway.url, "everything__echo", params, ""))
+    };
+
+    let unable = call(json!({}), json!({}));
+    assert_eq!(unable["result"]["isError"], true, "{unable}");
+    assert!(unable.to_string().contains("cannot be asked"), "{unable}");
+
+    let asked = call(json!({"elicitation": {}}), json!({}));
+    let question = &asked["result"]["inputRequests"]["dev.tether/approval"];
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    assert_eq!(question["method"], "elicitation/create", "{asked}");
+    assert!(
+        question["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("everything__echo"),
+        "{asked}"
+    );
+
+    let answer = |action: &str| json!({"inputResponses": {"dev.tether/approval": {"action": action, "content": {}}}});
+    let approved = call(json!({"elicitation": {}}), answer("accept"));
+    assert_eq!(
+        approved["result"]["content"][0]["text"], "Echo: hi",
+        "{approved}"
+    );
+    let declined = call(json!({"elicitation": {}}), answer("decline"));
+    assert_eq!(declined["result"]["isError"], true, "{declined}");
+    assert!(
+        declined.to_string().contains("did not approve"),
+        "{declined}"
+    );
 }
 
 /// A task-only upstream tool (server-everything's `simulate-research-query`, a 2025-11-25
