@@ -266,7 +266,17 @@ impl Gateway {
         let id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let _registered = InFlightGuard::register(&self.in_flight, server, id, caller.clone());
         let (progress, relayed) = caller.progress().unzip();
-        let call = connection.call_tool_for(tool, Some(arguments), progress, Some(forwarding));
+        let call = |traceparent| {
+            let forwarding = Forwarding {
+                traceparent,
+                ..forwarding.clone()
+            };
+            async move {
+                connection
+                    .call_tool_for(tool, Some(arguments), progress, Some(&forwarding))
+                    .await
+            }
+        };
         let call = traces::upstream("tools/call", server, tool, call, |result| match result {
             Ok(Reply::Complete(result)) if result.is_error => {
                 Some("the tool returned an error".into())
@@ -294,6 +304,16 @@ impl Gateway {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), relayed).await;
         }
         outcome
+    }
+
+    /// The server that owns `uri`, or the client's error for an unknown resource.
+    async fn owner_of(&self, uri: &str) -> Result<String, ServeError> {
+        self.resource_owner(uri)
+            .await
+            .ok_or_else(|| ServeError::NotFound {
+                what: "resource",
+                name: uri.to_string(),
+            })
     }
 
     /// Which server owns `uri`, from the listings (refreshed once when unknown).
@@ -714,19 +734,16 @@ impl GatewaySession {
         uri: &str,
         caller: &Caller,
     ) -> Result<Vec<ResourceContents>, ServeError> {
-        let owner = self
-            .gateway
-            .resource_owner(uri)
-            .await
-            .ok_or_else(|| ServeError::NotFound {
-                what: "resource",
-                name: uri.to_string(),
-            })?;
+        let owner = self.gateway.owner_of(uri).await?;
+        let connection = self.gateway.connection(&owner)?;
         let forwarding = self.forwarding(caller);
-        let read = self
-            .gateway
-            .connection(&owner)?
-            .read_resource_for(uri, &forwarding);
+        let read = |traceparent| async move {
+            let forwarding = Forwarding {
+                traceparent,
+                ..forwarding
+            };
+            connection.read_resource_for(uri, &forwarding).await
+        };
         let reply = traces::upstream("resources/read", &owner, uri, read, |r| {
             r.as_ref().err().map(ToString::to_string)
         })
@@ -761,11 +778,17 @@ impl GatewaySession {
         caller: &Caller,
     ) -> Result<PromptResult, ServeError> {
         let (server, prompt) = self.gateway.find_prompt(name).await?;
+        let connection = self.gateway.connection(&server)?;
         let forwarding = self.forwarding(caller);
-        let get = self
-            .gateway
-            .connection(&server)?
-            .get_prompt_for(&prompt, arguments, &forwarding);
+        let get = |traceparent| async {
+            let forwarding = Forwarding {
+                traceparent,
+                ..forwarding
+            };
+            connection
+                .get_prompt_for(&prompt, arguments, &forwarding)
+                .await
+        };
         let reply = traces::upstream("prompts/get", &server, &prompt, get, |r| {
             r.as_ref().err().map(ToString::to_string)
         })
@@ -997,14 +1020,7 @@ impl McpService for GatewaySession {
     }
 
     async fn subscribe(&self, uri: &str) -> Result<(), ServeError> {
-        let owner = self
-            .gateway
-            .resource_owner(uri)
-            .await
-            .ok_or_else(|| ServeError::NotFound {
-                what: "resource",
-                name: uri.to_string(),
-            })?;
+        let owner = self.gateway.owner_of(uri).await?;
         // One upstream subscription serves every client; each hears only what it asked for.
         self.gateway
             .connection(&owner)?

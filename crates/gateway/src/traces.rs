@@ -49,13 +49,15 @@ pub(crate) async fn client_request<T, E: std::fmt::Display>(
     result
 }
 
-/// Runs `work`, a call to upstream server `server`, inside a child span of the current client
-/// request; `failed` says from its output whether it failed, and why.
-pub(crate) async fn upstream<T>(
+/// Runs the call to upstream server `server` that `work` makes inside a child span of the
+/// current client request; `work` gets the span's W3C `traceparent` (when traces are on) to
+/// send upstream, so the server's own spans join the trace. `failed` says from its output
+/// whether it failed, and why.
+pub(crate) async fn upstream<T, F: Future<Output = T>>(
     method: &'static str,
     server: &str,
     target: &str,
-    work: impl Future<Output = T>,
+    work: impl FnOnce(Option<String>) -> F,
     failed: impl FnOnce(&T) -> Option<String>,
 ) -> T {
     let tracer = global::tracer(TRACER);
@@ -69,12 +71,28 @@ pub(crate) async fn upstream<T>(
         ])
         .start_with_context(&tracer, &Context::current());
     let context = Context::current_with_span(span);
-    let output = work.with_context(context.clone()).await;
+    let traceparent = traceparent(&context);
+    let output = work(traceparent).with_context(context.clone()).await;
     if let Some(reason) = failed(&output) {
         context.span().set_status(Status::error(reason));
     }
     context.span().end();
     output
+}
+
+/// The W3C `traceparent` of the span in `context`; `None` when traces are off (the no-op
+/// provider's spans carry no valid context).
+fn traceparent(context: &Context) -> Option<String> {
+    let span = context.span();
+    let span_context = span.span_context();
+    span_context.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            span_context.trace_id(),
+            span_context.span_id(),
+            span_context.trace_flags().to_u8()
+        )
+    })
 }
 
 /// A W3C `traceparent` (`00-<trace id>-<parent span id>-<flags>`) as the remote parent of a
@@ -135,6 +153,13 @@ mod tests {
         );
         assert_eq!(context.span_id().to_string(), "00f067aa0ba902b7");
         assert!(context.is_remote() && context.is_sampled());
+        // What goes upstream is read back the same way.
+        let again = traceparent(&parent).unwrap();
+        assert_eq!(
+            again,
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        assert!(traceparent(&Context::new()).is_none());
         for bad in [
             "",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",

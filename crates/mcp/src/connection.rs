@@ -799,16 +799,15 @@ impl ServerConnection {
         }
     }
 
-    /// Options for a request to this server: on a modern one the `_meta` that 2026-07-28
-    /// carries per request (it has no `logging/setLevel`), with the forwarded client's
-    /// capabilities and log level in place of ours.
+    /// Options for a request to this server: the forwarded trace context and, on a modern one,
+    /// the `_meta` that 2026-07-28 carries per request (it has no `logging/setLevel`), with the
+    /// forwarded client's capabilities and log level in place of ours.
     fn request_options(&self, forwarding: Option<&Forwarding>) -> PeerRequestOptions {
         let options = PeerRequestOptions::no_options();
-        if self.summary.era != ProtocolEra::Modern {
-            return options;
-        }
-        let mut meta = forwarding.and_then(Forwarding::meta).unwrap_or_default();
-        if forwarding.is_none_or(|f| f.log_level.is_none())
+        let modern = self.summary.era == ProtocolEra::Modern;
+        let mut meta = forwarding.and_then(|f| f.meta(modern)).unwrap_or_default();
+        if modern
+            && forwarding.is_none_or(|f| f.log_level.is_none())
             && let Some(level) = self.log_level
         {
             meta.set_log_level(level);

@@ -104,15 +104,25 @@ pub struct Forwarding {
     /// go upstream, and the upstream's questions come back to it rather than being answered
     /// through our host.
     pub input: Option<InputRound>,
+    /// The W3C trace context of the request made upstream (`_meta.traceparent`, either era),
+    /// so the upstream server's spans join the client's trace.
+    pub traceparent: Option<String>,
 }
 
 impl Forwarding {
-    /// `_meta` entries to add to the upstream request: the client's capabilities and log level.
-    pub(crate) fn meta(&self) -> Option<rmcp::model::RequestMetaObject> {
-        if self.client_capabilities.is_none() && self.log_level.is_none() {
-            return None;
-        }
+    /// `_meta` entries to add to the upstream request: the trace context and, on a modern
+    /// request, the client's capabilities and log level.
+    pub(crate) fn meta(&self, modern: bool) -> Option<rmcp::model::RequestMetaObject> {
         let mut meta = rmcp::model::RequestMetaObject::default();
+        if let Some(traceparent) = &self.traceparent {
+            meta.insert("traceparent".into(), Value::String(traceparent.clone()));
+        }
+        if !modern {
+            return (!meta.is_empty()).then_some(meta);
+        }
+        if self.client_capabilities.is_none() && self.log_level.is_none() {
+            return (!meta.is_empty()).then_some(meta);
+        }
         if let Some(capabilities) = &self.client_capabilities
             && let Ok(capabilities) = serde_json::from_value(capabilities.clone())
         {
@@ -145,14 +155,20 @@ mod tests {
             client_capabilities: Some(json!({"sampling": {}})),
             log_level: Some("info".into()),
             input: None,
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
         };
-        let meta = serde_json::to_value(forwarding.meta().expect("meta")).expect("json");
+        let meta = serde_json::to_value(forwarding.meta(true).expect("meta")).expect("json");
         assert_eq!(
             meta["io.modelcontextprotocol/clientCapabilities"],
             json!({"sampling": {}})
         );
         assert_eq!(meta["io.modelcontextprotocol/logLevel"], json!("info"));
-        assert!(Forwarding::default().meta().is_none());
+        assert_eq!(meta["traceparent"], json!(forwarding.traceparent));
+        // A legacy request carries the trace context only.
+        let legacy = serde_json::to_value(forwarding.meta(false).expect("meta")).expect("json");
+        assert_eq!(legacy, json!({"traceparent": forwarding.traceparent}));
+        assert!(Forwarding::default().meta(true).is_none());
+        assert!(Forwarding::default().meta(false).is_none());
     }
 
     #[test]

@@ -237,6 +237,7 @@ impl Caller {
                 client_capabilities: None,
                 log_level: legacy_level.map(str::to_string),
                 input: None,
+                traceparent: None,
             };
         };
         Forwarding {
@@ -248,6 +249,7 @@ impl Caller {
                 .and_then(|level| to_json(level).as_str().map(str::to_string)),
             // Inside a task the questions go through the task, as for any service.
             input: self.task.is_none().then(|| round.clone()),
+            traceparent: None,
         }
     }
 

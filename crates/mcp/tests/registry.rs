@@ -286,13 +286,11 @@ async fn a_modern_servers_tool_list_change_reaches_the_connection() {
             .await
             .unwrap();
     let mut changes = connection.tool_changes();
-    let before: Vec<String> = connection
-        .list_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name)
-        .collect();
+    let names = || async {
+        let tools = connection.list_tools().await.unwrap();
+        tools.into_iter().map(|t| t.name).collect::<Vec<String>>()
+    };
+    let before = names().await;
     assert!(!before.contains(&"grown".to_string()), "{before:?}");
     connection.call_tool("grow", None, None).await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), changes.changed())
@@ -300,13 +298,7 @@ async fn a_modern_servers_tool_list_change_reaches_the_connection() {
         .expect("tools/list_changed within 10 s")
         .unwrap();
     assert!(connection.tools_changed());
-    let after: Vec<String> = connection
-        .list_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name)
-        .collect();
+    let after = names().await;
     assert!(after.contains(&"grown".to_string()), "{after:?}");
     connection.close().await;
 }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use test_support::jwt::{ISSUER, IdentityProvider};
 use test_support::{
-    everything_stdio, py_gateway_client, scratch_dir, time_stdio, ts_gateway_client,
+    everything_stdio, misbehaving_stdio, py_gateway_client, scratch_dir, time_stdio,
+    ts_gateway_client,
 };
 
 /// A client scenario takes a few seconds; a hang fails the test instead of CI.
@@ -667,8 +668,9 @@ fn otlp_collector() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
 #[test]
 fn traces_go_to_the_otlp_endpoint_a_span_per_request_with_a_child_per_upstream_call() {
     let (endpoint, received) = otlp_collector();
+    let probe = format!("probe={}", misbehaving_stdio("echo-meta"));
     let gateway = HttpGateway::start(
-        &[],
+        &["--stdio", &probe],
         &[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
             ("OTEL_BSP_SCHEDULE_DELAY", "50"),
@@ -781,6 +783,45 @@ fn traces_go_to_the_otlp_endpoint_a_span_per_request_with_a_child_per_upstream_c
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    // The trace goes on upstream: the server gets the gateway's upstream span as its parent
+    // in `_meta.traceparent`, so its own spans join the same trace.
+    let answer = modern_call(
+        &gateway.url,
+        "probe__boom",
+        json!({}),
+        Some(&traceparent(in_meta)),
+        None,
+    );
+    let echoed: Value = serde_json::from_str(
+        rpc_message(&answer)["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let upstream_parent = echoed["traceparent"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let parts: Vec<&str> = upstream_parent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{echoed}");
+    assert_eq!(parts[1], in_meta.0, "the client's trace goes on: {echoed}");
+    assert_ne!(
+        parts[2], in_meta.1,
+        "under the gateway's own span: {echoed}"
+    );
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !received.lock().unwrap().iter().any(|batch| {
+        let text = batch.to_string();
+        text.contains("tools/call boom") && text.contains(&format!("\"spanId\":\"{}\"", parts[2]))
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no upstream span {} named \"tools/call boom\"",
+            parts[2]
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
