@@ -20,16 +20,17 @@ use tether_catalog::selection::{
     Resolved, SelectionMode, SelectionOptions, ToolSelection, selection_for,
 };
 use tether_catalog::{ServerTools, Snapshot, ToolCatalog};
-use tether_mcp::input_rounds::{Forwarding, InputRequired, Reply};
+use tether_mcp::input_rounds::{Forwarding, InputRequired, InputRound, Reply, unguessable_token};
 use tether_mcp::router::qualify;
+use tether_mcp::serve::HeldQuestion;
 use tether_mcp::{
     CallOutcome, Caller, Completion, ElicitationAnswer, ElicitationRequest, HostHandler, McpError,
     McpService, Readiness, Root, ServeError, ServeMetrics, ServerConfig, ServerConnection,
     ServerNotice, ServerRegistry, ServerState, ServiceChange, ServiceInfo,
 };
 use tether_protocol::{
-    ContentBlock, Prompt, PromptResult, Resource, ResourceContents, ResourceTemplate, Tool,
-    ToolAnnotations, ToolResult,
+    ContentBlock, Prompt, PromptResult, ProtocolEra, Resource, ResourceContents, ResourceTemplate,
+    Tool, ToolAnnotations, ToolResult,
 };
 use tokio::sync::{broadcast, mpsc};
 
@@ -134,7 +135,38 @@ pub struct Gateway {
     next_call: AtomicU64,
     /// Which server owns a resource URI or template, learned from the last listings.
     resource_owners: Mutex<HashMap<String, String>>,
+    /// Calls held across a 2026-07-28 client's input rounds, by the token in its request state.
+    held: Mutex<HashMap<String, HeldCall>>,
 }
+
+/// A tool call on a legacy-era server held across a 2026-07-28 client's input rounds: the
+/// server asked a question mid-call, which the client can only answer in a retry, so the call
+/// keeps running between the client's requests. Replica-local, like the call itself.
+struct HeldCall {
+    call: AbortOnDrop,
+    questions: mpsc::UnboundedReceiver<HeldQuestion>,
+    /// The question asked last, under its key, waiting for the client's answer.
+    waiting: Option<(String, tokio::sync::oneshot::Sender<Value>)>,
+    /// Who may answer: the principal of the request that started the call.
+    principal: Option<String>,
+    since: std::time::Instant,
+}
+
+/// A spawned call that stops when its handle is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<ToolResult, ServeError>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How long a held call waits for the client's next round before it is dropped (and the
+/// upstream call cancelled).
+const HELD_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Marks the request state that names a held call.
+const HELD: &str = "dev.tether/held:";
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -198,6 +230,7 @@ impl Gateway {
             in_flight,
             next_call: AtomicU64::new(0),
             resource_owners: Mutex::default(),
+            held: Mutex::default(),
         });
         tokio::spawn(relay_notices(Arc::downgrade(&gateway), receiver));
         Ok((gateway, failures))
@@ -314,6 +347,116 @@ impl Gateway {
                 what: "resource",
                 name: uri.to_string(),
             })
+    }
+
+    /// Whether `server` speaks the legacy era (2025-11-25 and before), whose servers ask their
+    /// client with requests during a call.
+    fn speaks_legacy(&self, server: &str) -> bool {
+        self.registry
+            .connection(server)
+            .is_ok_and(|c| c.summary().era == ProtocolEra::Legacy)
+    }
+
+    /// Runs `server`'s tool for a 2026-07-28 `caller` as a held call: a question the (legacy-era)
+    /// server asks mid-call becomes an input-required result, and the call waits, still
+    /// running, for the client's retry ([`resume`](Self::resume)).
+    async fn call_held(
+        self: &Arc<Self>,
+        server: &str,
+        tool: &str,
+        arguments: Map<String, Value>,
+        caller: &Caller,
+        forwarding: &Forwarding,
+    ) -> Result<ToolResult, ServeError> {
+        let (sink, questions) = mpsc::unbounded_channel();
+        let holder = caller.holding(sink);
+        let (gateway, server, tool) = (self.clone(), server.to_string(), tool.to_string());
+        let forwarding = forwarding.clone();
+        let call = tokio::spawn(traces::in_current_trace(async move {
+            gateway
+                .call_upstream(&server, &tool, arguments, &holder, &forwarding)
+                .await
+        }));
+        let held = HeldCall {
+            call: AbortOnDrop(call),
+            questions,
+            waiting: None,
+            principal: caller.principal().map(|p| p.name.clone()),
+            since: std::time::Instant::now(),
+        };
+        self.drive(held, caller).await
+    }
+
+    /// Goes on with the call held under `token`, given the client's answer in `round`.
+    async fn resume(
+        &self,
+        token: &str,
+        round: &InputRound,
+        caller: &Caller,
+    ) -> Result<ToolResult, ServeError> {
+        let gone = || {
+            ServeError::InvalidParams(
+                "the request state names no call held here: it ended, waited too long, or another gateway replica holds it; call the tool again".into(),
+            )
+        };
+        let mut held = self
+            .held
+            .lock()
+            .ok()
+            .and_then(|mut held| held.remove(token))
+            .ok_or_else(gone)?;
+        if held.principal != caller.principal().map(|p| p.name.clone()) {
+            return Err(gone());
+        }
+        if let Some((key, answer)) = held.waiting.take() {
+            let Some(value) = round.answer(&key) else {
+                let missing = format!("the retry carries no answer to \"{key}\"");
+                held.waiting = Some((key, answer));
+                self.hold(token.to_string(), held);
+                return Err(ServeError::InvalidParams(missing));
+            };
+            let _ = answer.send(value.clone());
+        }
+        self.drive(held, caller).await
+    }
+
+    /// Waits for the held call to end or to ask its next question, which it turns into an
+    /// input-required result naming the call. A client that cancels the request drops the call.
+    async fn drive(&self, mut held: HeldCall, caller: &Caller) -> Result<ToolResult, ServeError> {
+        tokio::select! {
+            ended = &mut held.call.0 => ended.unwrap_or_else(|e| {
+                Err(ServeError::Internal(format!("the call stopped: {e}")))
+            }),
+            Some(question) = held.questions.recv() => {
+                let token = unguessable_token().ok_or_else(|| {
+                    ServeError::Internal("no randomness to name a held call with".into())
+                })?;
+                let key = format!("dev.tether/{}", question.method.replace('/', "-"));
+                let result = json!({
+                    "resultType": "input_required",
+                    "inputRequests": {
+                        (key.clone()): {"method": question.method, "params": question.params},
+                    },
+                    "requestState": format!("{HELD}{token}"),
+                });
+                held.waiting = Some((key, question.answer));
+                held.since = std::time::Instant::now();
+                self.hold(token, held);
+                Err(ServeError::NeedsInput(InputRequired { result }))
+            }
+            () = caller.cancelled() => Err(ServeError::Refused(
+                "the client cancelled the call".into(),
+            )),
+        }
+    }
+
+    /// Keeps `held` under `token` for the client's next round, dropping calls that waited
+    /// longer than [`HELD_FOR`].
+    fn hold(&self, token: String, held: HeldCall) {
+        if let Ok(mut calls) = self.held.lock() {
+            calls.retain(|_, call| call.since.elapsed() < HELD_FOR);
+            calls.insert(token, held);
+        }
     }
 
     /// Which server owns `uri`, from the listings (refreshed once when unknown).
@@ -855,16 +998,24 @@ impl GatewaySession {
                         .input
                         .map(|round| round.without(APPROVAL_KEY, APPROVED));
                 }
-                let outcome = self
-                    .gateway
-                    .call_upstream(
-                        &tool.server,
-                        &tool.tool.name,
-                        arguments,
-                        caller,
-                        &forwarding,
-                    )
-                    .await;
+                let held = forwarding
+                    .input
+                    .as_ref()
+                    .and_then(|round| Some((round.state.as_deref()?.strip_prefix(HELD)?, round)));
+                let (server, name) = (&tool.server, &tool.tool.name);
+                let outcome = if let Some((token, round)) = held {
+                    self.gateway.resume(token, round, caller).await
+                } else if caller.input_round().is_some() && self.gateway.speaks_legacy(server) {
+                    // A legacy-era server may ask mid-call, which a 2026-07-28 client can
+                    // answer only in a retry: the call is held across its rounds.
+                    self.gateway
+                        .call_held(server, name, arguments, caller, &forwarding)
+                        .await
+                } else {
+                    self.gateway
+                        .call_upstream(server, name, arguments, caller, &forwarding)
+                        .await
+                };
                 match outcome {
                     // The upstream's own questions carry the mark, so the client's next round
                     // is not asked for approval again.

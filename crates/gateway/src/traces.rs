@@ -49,6 +49,12 @@ pub(crate) async fn client_request<T, E: std::fmt::Display>(
     result
 }
 
+/// `work` in the current request's trace, for a task spawned away from the request (a held
+/// call), which would otherwise start a trace of its own.
+pub(crate) fn in_current_trace<F: Future>(work: F) -> impl Future<Output = F::Output> {
+    work.with_context(Context::current())
+}
+
 /// Runs the call to upstream server `server` that `work` makes inside a child span of the
 /// current client request; `work` gets the span's W3C `traceparent` (when traces are on) to
 /// send upstream, so the server's own spans join the trace. `failed` says from its output

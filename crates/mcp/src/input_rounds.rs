@@ -139,6 +139,16 @@ impl Forwarding {
     }
 }
 
+/// A fresh 128-bit random token, URL-safe: the name of a call held across input rounds, which
+/// must not be guessable by another client.
+pub fn unguessable_token() -> Option<String> {
+    use base64::Engine;
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 16];
+    ring::rand::SystemRandom::new().fill(&mut bytes).ok()?;
+    Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
 /// Whether a result's JSON is an input-required result.
 pub(crate) fn is_input_required(result: &Value) -> bool {
     result.get("resultType").and_then(Value::as_str) == Some("input_required")

@@ -177,6 +177,20 @@ pub struct Caller {
     /// On a 2026-07-28 request, which takes input-required results: the answers and state it
     /// carries from an earlier round (empty on the first).
     input: Option<InputRound>,
+    /// Where the questions of a call held across input rounds go (see [`Caller::holding`]).
+    questions: Option<tokio::sync::mpsc::UnboundedSender<HeldQuestion>>,
+}
+
+/// A question a held call asks its 2026-07-28 client: the request (`sampling/createMessage`,
+/// `elicitation/create`) and where its answer goes once the client's retry brings it.
+#[derive(Debug)]
+pub struct HeldQuestion {
+    /// The request's method.
+    pub method: String,
+    /// Its parameters, wire JSON.
+    pub params: Value,
+    /// The client's answer, wire JSON.
+    pub answer: tokio::sync::oneshot::Sender<Value>,
 }
 
 impl std::fmt::Debug for Caller {
@@ -207,7 +221,38 @@ impl Caller {
             context,
             task: None,
             input,
+            questions: None,
         }
+    }
+
+    /// This caller for a call that outlives its request, held across a 2026-07-28 client's
+    /// input rounds: a question a legacy-era server asks during it goes to `questions` (which
+    /// the holder turns into an input-required result, answered in the client's retry)
+    /// instead of being a request the client cannot take. Only dropping the call stops it.
+    pub fn holding(&self, questions: tokio::sync::mpsc::UnboundedSender<HeldQuestion>) -> Caller {
+        let mut caller = self.clone();
+        caller.context.ct = tokio_util::sync::CancellationToken::new();
+        caller.questions = Some(questions);
+        caller
+    }
+
+    /// Asks through the holder of this call, and waits for the client's answer.
+    async fn ask_held(
+        questions: &tokio::sync::mpsc::UnboundedSender<HeldQuestion>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, String> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        questions
+            .send(HeldQuestion {
+                method: method.to_string(),
+                params,
+                answer,
+            })
+            .map_err(|_| format!("the call ended before the client was asked {method}"))?;
+        answered
+            .await
+            .map_err(|_| format!("the client did not answer {method}"))
     }
 
     /// The answers and state of this request, when it comes from a 2026-07-28 client that
@@ -296,8 +341,9 @@ impl Caller {
         // A 2026-07-28 client can be asked only through a task (it takes no requests from
         // servers), with the capabilities it declared on this request; a legacy client
         // declared them at `initialize`.
-        let capabilities = match (&self.task, self.context.client_capabilities()) {
-            (Some(_), Some(capabilities)) => serde_json::to_value(capabilities).ok(),
+        let held = self.task.is_some() || self.questions.is_some();
+        let capabilities = match (held, self.context.client_capabilities()) {
+            (true, Some(capabilities)) => serde_json::to_value(capabilities).ok(),
             _ => self
                 .context
                 .peer
@@ -414,6 +460,9 @@ impl Caller {
         if let Some(task) = &self.task {
             return Caller::ask_through_task(task, "sampling/createMessage", params).await;
         }
+        if let Some(questions) = &self.questions {
+            return Caller::ask_held(questions, "sampling/createMessage", params).await;
+        }
         let params = wire(params).map_err(|e| format!("invalid sampling request: {e}"))?;
         let result = self
             .context
@@ -444,6 +493,11 @@ impl Caller {
         };
         let value = if let Some(task) = &self.task {
             match Caller::ask_through_task(task, "elicitation/create", params).await {
+                Ok(value) => value,
+                Err(_) => return ElicitationAnswer::Decline,
+            }
+        } else if let Some(questions) = &self.questions {
+            match Caller::ask_held(questions, "elicitation/create", params).await {
                 Ok(value) => value,
                 Err(_) => return ElicitationAnswer::Decline,
             }

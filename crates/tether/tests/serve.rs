@@ -118,18 +118,17 @@ fn python_sdk_client_uses_the_gateway_over_stdio_in_both_eras() {
                 .contains("unknown tool \"everything__no-such-tool\""),
             "{report}"
         );
-        if mode == "legacy" {
-            // The upstream server's sampling request reached this client and came back.
-            assert_eq!(
-                report["sampled_prompt"],
-                "Resource trigger-sampling-request context: Say hi"
-            );
-            assert!(text(&report, "sampling").contains("sampled by the client"));
-        } else {
-            // A 2026-07-28 client takes no server requests; the gateway refuses cleanly.
-            assert_eq!(report["sampling"]["is_error"], true, "{report}");
-            assert!(text(&report, "sampling").contains("does not support sampling"));
-        }
+        // The upstream server's sampling request reached this client and came back: as a
+        // request at 2025-11-25; at 2026-07-28, which takes no requests, as an input-required
+        // result while the gateway held the upstream call, answered in the client's retry.
+        assert_eq!(
+            report["sampled_prompt"], "Resource trigger-sampling-request context: Say hi",
+            "{mode}: {report}"
+        );
+        assert!(
+            text(&report, "sampling").contains("sampled by the client"),
+            "{mode}: {report}"
+        );
     }
 }
 
@@ -902,6 +901,51 @@ fn rpc_message(response: &str) -> Value {
                 .filter(|v| v["id"] == 1)
         })
         .unwrap_or_else(|| panic!("no JSON-RPC answer in {response}"))
+}
+
+#[test]
+fn a_legacy_servers_question_reaches_a_modern_client_in_an_input_round() {
+    // server-everything (2025-11-25) asks mid-call; a 2026-07-28 client can only answer in a
+    // retry, so the gateway holds the upstream call between the two requests.
+    let gateway = HttpGateway::start(&[], &[]);
+    let tool = "everything__trigger-elicitation-request";
+    let call = |round: Value| {
+        let mut params = json!({"name": tool, "arguments": {},
+            "_meta": modern_meta(json!({"elicitation": {}}))});
+        if let (Value::Object(params), Value::Object(round)) = (&mut params, round) {
+            params.extend(round);
+        }
+        rpc_message(&post_modern(&gateway.url, tool, params, ""))
+    };
+    let asked = call(json!({}));
+    let key = "dev.tether/elicitation-create";
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    assert_eq!(
+        asked["result"]["inputRequests"][key]["method"], "elicitation/create",
+        "{asked}"
+    );
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let answer = json!({key: {"action": "decline"}});
+
+    let stray = call(json!({"inputResponses": answer, "requestState": format!("{state}x")}));
+    assert!(
+        stray["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("names no call held here"),
+        "{stray}"
+    );
+    let answered = call(json!({"inputResponses": answer, "requestState": state}));
+    assert!(
+        answered["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("declined"),
+        "{answered}"
+    );
 }
 
 #[test]
