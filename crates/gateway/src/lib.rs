@@ -406,6 +406,8 @@ impl Gateway {
             .and_then(|mut held| held.remove(token))
             .ok_or_else(gone)?;
         if held.principal != caller.principal().map(|p| p.name.clone()) {
+            // Not this client's call: it stays for the one that started it.
+            self.hold(token.to_string(), held);
             return Err(gone());
         }
         if let Some((key, answer)) = held.waiting.take() {
