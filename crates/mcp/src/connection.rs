@@ -629,10 +629,7 @@ impl ServerConnection {
             params = params.with_arguments(arguments);
         }
         if let Some(round) = forwarding.and_then(|f| f.input.as_ref()) {
-            params.input_responses = round
-                .responses
-                .clone()
-                .and_then(|r| serde_json::from_value(r).ok());
+            params.input_responses = round.rmcp_responses();
             params.request_state = round.state.clone();
         }
         let operation = format!("tool \"{tool}\"");
@@ -1066,10 +1063,7 @@ impl ServerConnection {
             &operation,
             serde_json::json!({ "name": name, "arguments": arguments }),
         )?;
-        params.input_responses = round
-            .responses
-            .clone()
-            .and_then(|r| serde_json::from_value(r).ok());
+        params.input_responses = round.rmcp_responses();
         params.request_state = round.state.clone();
         let request = ClientRequest::GetPromptRequest(rmcp::model::GetPromptRequest::new(params));
         let session = self.live().await?;
@@ -1092,10 +1086,7 @@ impl ServerConnection {
         let operation = format!("reading \"{uri}\"");
         let mut params: rmcp::model::ReadResourceRequestParams =
             self.convert(&operation, serde_json::json!({ "uri": uri }))?;
-        params.input_responses = round
-            .responses
-            .clone()
-            .and_then(|r| serde_json::from_value(r).ok());
+        params.input_responses = round.rmcp_responses();
         params.request_state = round.state.clone();
         let request =
             ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(params));

@@ -123,19 +123,28 @@ impl Forwarding {
         if self.client_capabilities.is_none() && self.log_level.is_none() {
             return (!meta.is_empty()).then_some(meta);
         }
-        if let Some(capabilities) = &self.client_capabilities
-            && let Ok(capabilities) = serde_json::from_value(capabilities.clone())
-        {
-            meta.set_client_capabilities(capabilities);
+        // As the client sent them: rmcp puts these entries after its own, so they win.
+        if let Some(capabilities) = &self.client_capabilities {
+            meta.insert(CLIENT_CAPABILITIES.into(), capabilities.clone());
         }
-        if let Some(level) = self
-            .log_level
-            .as_deref()
-            .and_then(|l| serde_json::from_value(Value::String(l.to_string())).ok())
-        {
-            meta.set_log_level(level);
+        if let Some(level) = &self.log_level {
+            meta.insert(LOG_LEVEL.into(), Value::String(level.clone()));
         }
         Some(meta)
+    }
+}
+
+/// The `_meta` key of a 2026-07-28 request's client capabilities.
+pub(crate) const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// The `_meta` key of a 2026-07-28 request's log level.
+pub(crate) const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+impl InputRound {
+    /// The answers as rmcp's request parameters carry them (`None` when absent or not an
+    /// object of answers).
+    pub(crate) fn rmcp_responses(&self) -> Option<rmcp::model::InputResponses> {
+        serde_json::from_value(self.responses.clone()?).ok()
     }
 }
 

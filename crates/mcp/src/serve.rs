@@ -286,12 +286,18 @@ impl Caller {
             };
         };
         Forwarding {
-            client_capabilities: self.context.meta.client_capabilities().map(to_json),
+            // Passed on as the client sent them, not decoded and encoded again on every call.
+            client_capabilities: self
+                .context
+                .meta
+                .get(crate::input_rounds::CLIENT_CAPABILITIES)
+                .cloned(),
             log_level: self
                 .context
                 .meta
-                .log_level()
-                .and_then(|level| to_json(level).as_str().map(str::to_string)),
+                .get(crate::input_rounds::LOG_LEVEL)
+                .and_then(Value::as_str)
+                .map(str::to_string),
             // Inside a task the questions go through the task, as for any service.
             input: self.task.is_none().then(|| round.clone()),
             traceparent: None,
