@@ -10,6 +10,8 @@
 //! (`benches/fixtures/user_phrasing.json`: everything, filesystem, memory, time, sqlite and the
 //! built-in server, as `tether tools --json` listed them), alone and hidden among the BFCL tools.
 //! A question counts as found when any of the tools that do what it asks is in the top k.
+//! Then 30 more such questions (`benches/fixtures/user_phrasing_heldout.json`), written after
+//! the ranking last changed and never tuned on.
 //!
 //! `cargo bench -p tether-catalog --bench search`
 
@@ -149,7 +151,13 @@ fn user_phrasing() -> (Vec<ServerTools>, Vec<(String, Vec<String>)>) {
             }),
         }
     }
-    let questions = data["questions"]
+    let questions = phrased_questions(&data);
+    (servers, questions)
+}
+
+/// Each question and the qualified names of the tools that would answer it.
+fn phrased_questions(data: &Value) -> Vec<(String, Vec<String>)> {
+    data["questions"]
         .as_array()
         .unwrap()
         .iter()
@@ -163,8 +171,15 @@ fn user_phrasing() -> (Vec<ServerTools>, Vec<(String, Vec<String>)>) {
                     .collect(),
             )
         })
-        .collect();
-    (servers, questions)
+        .collect()
+}
+
+/// The held-out user-phrased questions (`benches/fixtures/user_phrasing_heldout.json`),
+/// written after the ranking was last changed and never tuned on.
+fn held_out_phrasing() -> Vec<(String, Vec<String>)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("benches/fixtures/user_phrasing_heldout.json");
+    phrased_questions(&serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap())
 }
 
 /// (found at 1, found in the top 5, misses at 5) for user-phrased questions.
@@ -245,50 +260,65 @@ fn main() {
     }
 
     let (reference, phrased) = user_phrasing();
+    let held_out = held_out_phrasing();
     let mut mixed = reference.clone();
     mixed.push(ServerTools {
         server: "bfcl".into(),
         tools: tools.clone(),
         always_load: false,
     });
-    println!(
-        "\nquestions phrased as users write them ({}), any fitting tool counts:",
-        phrased.len()
-    );
-    println!(
-        "{:<34} | {:>9} {:>9} | {:>9} {:>9}",
-        "catalogue", "plain r@1", "r@5", "ours r@1", "r@5"
-    );
-    let n = phrased.len() as f64;
-    for (label, servers) in [
+    for (title, questions) in [
         (
             format!(
-                "reference servers ({} tools)",
-                reference.iter().map(|s| s.tools.len()).sum::<usize>()
+                "questions phrased as users write them ({}), any fitting tool counts:",
+                phrased.len()
             ),
-            &reference,
+            &phrased,
         ),
         (
             format!(
-                "among BFCL ({} tools)",
-                mixed.iter().map(|s| s.tools.len()).sum::<usize>()
+                "held out: {} more, written after the ranking last changed, never tuned on:",
+                held_out.len()
             ),
-            &mixed,
+            &held_out,
         ),
     ] {
-        let plain = Snapshot::with_ranking(servers.clone(), Ranking::plain());
-        let ours = Snapshot::with_ranking(servers.clone(), Ranking::from_env());
-        let (p1, p5, _) = score_any(&plain, &phrased);
-        let (o1, o5, misses) = score_any(&ours, &phrased);
+        println!("\n{title}");
         println!(
-            "{label:<34} | {:>9.3} {:>9.3} | {:>9.3} {:>9.3}",
-            p1 as f64 / n,
-            p5 as f64 / n,
-            o1 as f64 / n,
-            o5 as f64 / n
+            "{:<34} | {:>9} {:>9} | {:>9} {:>9}",
+            "catalogue", "plain r@1", "r@5", "ours r@1", "r@5"
         );
-        if std::env::var_os("TETHER_BENCH_MISSES").is_some() {
-            misses.iter().for_each(|m| println!("  missed: {m}"));
+        let n = questions.len() as f64;
+        for (label, servers) in [
+            (
+                format!(
+                    "reference servers ({} tools)",
+                    reference.iter().map(|s| s.tools.len()).sum::<usize>()
+                ),
+                &reference,
+            ),
+            (
+                format!(
+                    "among BFCL ({} tools)",
+                    mixed.iter().map(|s| s.tools.len()).sum::<usize>()
+                ),
+                &mixed,
+            ),
+        ] {
+            let plain = Snapshot::with_ranking(servers.clone(), Ranking::plain());
+            let ours = Snapshot::with_ranking(servers.clone(), Ranking::from_env());
+            let (p1, p5, _) = score_any(&plain, questions);
+            let (o1, o5, misses) = score_any(&ours, questions);
+            println!(
+                "{label:<34} | {:>9.3} {:>9.3} | {:>9.3} {:>9.3}",
+                p1 as f64 / n,
+                p5 as f64 / n,
+                o1 as f64 / n,
+                o5 as f64 / n
+            );
+            if std::env::var_os("TETHER_BENCH_MISSES").is_some() {
+                misses.iter().for_each(|m| println!("  missed: {m}"));
+            }
         }
     }
 
