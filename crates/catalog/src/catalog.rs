@@ -4,7 +4,7 @@
 //! alone and swaps in a new [`Snapshot`], and every holder sees it on its next request.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use futures::future::join_all;
 use serde_json::Value;
@@ -14,6 +14,7 @@ use tether_protocol::{QualifiedTool, Tool};
 
 use crate::pins::{PinBook, PinReport};
 use crate::search::{Hit, Ranking, SearchIndex};
+use crate::semantic::{SemanticRanker, ToolVectors};
 
 /// One server's tools as last listed.
 #[derive(Debug, Clone)]
@@ -35,6 +36,9 @@ pub struct Snapshot {
     definitions: Vec<ToolDefinition>,
     always_load: Vec<bool>,
     index: SearchIndex,
+    /// Semantic ranking, when the catalogue has an encoder, and the tool vectors it made on
+    /// the first search that needed them.
+    semantic: Option<(SemanticRanker, OnceLock<ToolVectors>)>,
 }
 
 impl Snapshot {
@@ -63,7 +67,19 @@ impl Snapshot {
             definitions,
             always_load,
             index,
+            semantic: None,
         }
+    }
+
+    /// This snapshot with semantic ranking beside BM25 (tool vectors made on first search).
+    pub fn with_semantic(mut self, ranker: Option<SemanticRanker>) -> Snapshot {
+        self.semantic = ranker.map(|r| (r, OnceLock::new()));
+        self
+    }
+
+    /// Whether searches rank by meaning too.
+    pub fn is_semantic(&self) -> bool {
+        self.semantic.is_some()
     }
 
     /// Every tool, in server then tool order.
@@ -123,7 +139,14 @@ impl Snapshot {
 
     /// The best `limit` tools for `query` (a plain query, a tool's name, or `select:A,B`).
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
-        self.index.search(query, limit)
+        match &self.semantic {
+            Some((ranker, vectors)) if !query.trim().starts_with("select:") => {
+                let lexical = self.index.search(query, usize::MAX);
+                let vectors = vectors.get_or_init(|| ranker.tool_vectors(self.tools()));
+                ranker.fuse(query, lexical, vectors, limit)
+            }
+            _ => self.index.search(query, limit),
+        }
     }
 
     /// `select:` names that match no tool (for a helpful error).
@@ -211,6 +234,8 @@ pub fn schema_problems(schema: &Value, arguments: &Value) -> Option<String> {
 #[derive(Debug, Clone)]
 pub struct ToolCatalog {
     current: Arc<RwLock<Arc<Snapshot>>>,
+    /// Semantic ranking for every snapshot from now on, once [`rank_semantically`](Self::rank_semantically) set it.
+    semantic: Arc<RwLock<Option<SemanticRanker>>>,
     /// The pin book, once [`pin`](Self::pin) turned pinning on.
     pinning: Arc<Mutex<Option<Pinning>>>,
 }
@@ -260,8 +285,17 @@ impl ToolCatalog {
     pub fn from_servers(servers: Vec<ServerTools>) -> ToolCatalog {
         ToolCatalog {
             current: Arc::new(RwLock::new(Arc::new(Snapshot::new(servers)))),
+            semantic: Arc::default(),
             pinning: Arc::default(),
         }
+    }
+
+    /// Ranks searches by meaning too, with `ranker`, in this snapshot and every later one.
+    pub fn rank_semantically(&self, ranker: SemanticRanker) {
+        if let Ok(mut slot) = self.semantic.write() {
+            *slot = Some(ranker);
+        }
+        self.replace(Snapshot::new(self.snapshot().servers().to_vec()));
     }
 
     /// Turns pinning on: checks every server's current tools against `book` (pinning servers
@@ -430,6 +464,12 @@ impl ToolCatalog {
 
     /// Swaps in `snapshot` for every holder.
     pub fn replace(&self, snapshot: Snapshot) {
+        let ranker = self.semantic.read().ok().and_then(|r| r.clone());
+        let snapshot = if snapshot.is_semantic() {
+            snapshot
+        } else {
+            snapshot.with_semantic(ranker)
+        };
         let snapshot = Arc::new(snapshot);
         match self.current.write() {
             Ok(mut guard) => *guard = snapshot,

@@ -1,6 +1,7 @@
 //! The tool catalogue: the layer between the servers (`tether-mcp`) and everything that uses
 //! tools (the agent, the tester commands, the gateway). It holds a live snapshot of every
-//! server's tools ([`ToolCatalog`]), ranks them for a query ([`search`]), decides which tools
+//! server's tools ([`ToolCatalog`]), ranks them for a query ([`search`], and by meaning with
+//! [`semantic`] when an encoder is given), decides which tools
 //! a model is offered and what its calls stand for ([`ToolSelection`], one implementation per
 //! `--tools` mode), and owns the approval policy and the tool pins so every front end enforces
 //! the same rules.
@@ -10,6 +11,7 @@ pub mod pins;
 pub mod policy;
 pub mod search;
 pub mod selection;
+pub mod semantic;
 
 pub use catalog::{
     Refresh, ServerTools, Snapshot, ToolCatalog, definition, estimate_tokens, one_line,
@@ -22,3 +24,4 @@ pub use selection::{
     AllTools, AutoTools, META_TOOL, MetaTool, Resolved, SEARCH_TOOL, SearchTools, SelectionMode,
     SelectionOptions, ToolSelection, selection_for, tokens_per_mode,
 };
+pub use semantic::{SemanticRanker, TextEncoder, tool_text};

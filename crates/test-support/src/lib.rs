@@ -29,6 +29,20 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
 
+/// The search encoder's files as `tether model pull` caches them (scripts/test.sh runs it):
+/// `$TETHER_MODEL_DIR`, else `$XDG_CACHE_HOME` or `~/.cache`, then `tether/models/all-MiniLM-L6-v2`.
+pub fn encoder_dir() -> PathBuf {
+    let models = match std::env::var_os("TETHER_MODEL_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir)
+            .join("tether/models"),
+    };
+    models.join("all-MiniLM-L6-v2")
+}
+
 /// A file under `crates/test-support/fixtures`.
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

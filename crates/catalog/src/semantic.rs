@@ -1,0 +1,323 @@
+//! Semantic ranking beside BM25: a sentence encoder turns each tool's name, description and
+//! parameter names into a vector, and a query into another; a search then adds the two
+//! rankings, each as z-scores over every tool, the semantic one at twice the weight
+//! (measured best on the BFCL fixture, docs/decisions.md). Words people use that no tool uses
+//! ("take 9 away from 30" for `subtract`) are found this way; exact names still come first.
+//!
+//! The encoder itself lives above this crate (`tether-local` runs one); this module only
+//! needs [`TextEncoder`]. Tool vectors are computed once per distinct tool text, on the first
+//! search that needs them, and kept in memory and in a cache file, so a catalogue of
+//! thousands of tools is encoded once per machine rather than once per run.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+use tether_protocol::QualifiedTool;
+
+use crate::search::{Hit, split_identifiers};
+
+/// Weight of the semantic z-score against BM25's.
+const SEMANTIC_WEIGHT: f64 = 2.0;
+
+/// Turns text into a unit-length vector; texts that mean the same land close together.
+pub trait TextEncoder: Send + Sync {
+    /// The embedding of `text`.
+    fn encode(&self, text: &str) -> Vec<f32>;
+    /// Names the model, so that a cache never serves one model's vectors to another.
+    fn model(&self) -> &str;
+}
+
+/// Cache key: SHA-256 of the encoded text.
+type Key = [u8; 32];
+
+/// One vector per tool, in snapshot order.
+pub type ToolVectors = Vec<Arc<[f32]>>;
+
+/// An encoder and the tool vectors it has made; clones share both.
+#[derive(Clone)]
+pub struct SemanticRanker {
+    encoder: Arc<dyn TextEncoder>,
+    vectors: Arc<Mutex<HashMap<Key, Arc<[f32]>>>>,
+    file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for SemanticRanker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemanticRanker")
+            .field("model", &self.encoder.model())
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SemanticRanker {
+    /// A ranker over `encoder`, keeping tool vectors in `cache_dir` when given (a file per
+    /// model; an unreadable or foreign file is ignored and rewritten).
+    pub fn new(encoder: Arc<dyn TextEncoder>, cache_dir: Option<PathBuf>) -> SemanticRanker {
+        let file = cache_dir.map(|dir| dir.join(format!("tool-vectors-{}.bin", encoder.model())));
+        let vectors = file.as_ref().map(read_cache).unwrap_or_default();
+        SemanticRanker {
+            encoder,
+            vectors: Arc::new(Mutex::new(vectors)),
+            file,
+        }
+    }
+
+    /// The vector of every tool, in order: cached ones looked up, the rest encoded on every
+    /// core and then saved.
+    pub fn tool_vectors(&self, tools: &[QualifiedTool]) -> ToolVectors {
+        let texts: Vec<String> = tools.iter().map(tool_text).collect();
+        let keys: Vec<Key> = texts.iter().map(|t| Sha256::digest(t).into()).collect();
+        let missing: Vec<usize> = {
+            let known = self.lock();
+            (0..texts.len())
+                .filter(|&i| !known.contains_key(&keys[i]))
+                .collect()
+        };
+        if !missing.is_empty() {
+            let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let chunk = missing.len().div_ceil(workers).max(1);
+            let encoded: Vec<(usize, Vec<f32>)> = std::thread::scope(|scope| {
+                let handles: Vec<_> = missing
+                    .chunks(chunk)
+                    .map(|part| {
+                        let texts = &texts;
+                        scope.spawn(move || {
+                            part.iter()
+                                .map(|&i| (i, self.encoder.encode(&texts[i])))
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_default())
+                    .collect()
+            });
+            let mut known = self.lock();
+            for (i, vector) in encoded {
+                known.insert(keys[i], vector.into());
+            }
+            if let Some(file) = &self.file {
+                // A cache that cannot be written costs the next run time, not correctness.
+                let _ = write_cache(file, &known);
+            }
+        }
+        let known = self.lock();
+        keys.iter()
+            .map(|k| {
+                known
+                    .get(k)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from(Vec::new()))
+            })
+            .collect()
+    }
+
+    /// Re-ranks: BM25's `lexical` hits (every matching tool, exact names flagged) fused with
+    /// the cosine of `query` to each of `vectors`; exact hits stay first, in their order.
+    pub fn fuse(
+        &self,
+        query: &str,
+        lexical: Vec<Hit>,
+        vectors: &[Arc<[f32]>],
+        limit: usize,
+    ) -> Vec<Hit> {
+        let n = vectors.len();
+        if n == 0 {
+            return lexical;
+        }
+        let query = self.encoder.encode(query);
+        let dense: Vec<f64> = vectors
+            .iter()
+            .map(|v| {
+                v.iter()
+                    .zip(&query)
+                    .map(|(a, b)| f64::from(a * b))
+                    .sum::<f64>()
+            })
+            .collect();
+        let mut bm25 = vec![0.0; n];
+        let mut exact = Vec::new();
+        for hit in &lexical {
+            if hit.exact {
+                exact.push(hit.clone());
+            } else if let Some(slot) = bm25.get_mut(hit.index) {
+                *slot = hit.score;
+            }
+        }
+        let (bm25, dense) = (z_scores(&bm25), z_scores(&dense));
+        let mut hits: Vec<Hit> = (0..n)
+            .filter(|i| !exact.iter().any(|h| h.index == *i))
+            .map(|i| Hit {
+                index: i,
+                score: bm25[i] + SEMANTIC_WEIGHT * dense[i],
+                exact: false,
+            })
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
+        // Exact hits keep a score above every other, as the lexical index gives them.
+        let top = hits.first().map_or(0.0, |h| h.score);
+        exact.iter_mut().for_each(|h| h.score = top + 1.0);
+        exact.extend(hits);
+        exact.truncate(limit);
+        exact
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<[f32]>>> {
+        // A panic while holding the lock leaves whole entries behind; keep using them.
+        self.vectors.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What the encoder reads of a tool: its qualified name as words, description and parameter
+/// names (the form measured in scripts/semantic_recall.py).
+pub fn tool_text(tool: &QualifiedTool) -> String {
+    let mut text = split_identifiers(&tool.qualified_name).join(" ");
+    text.push_str(": ");
+    text.push_str(tool.tool.description.as_deref().unwrap_or(""));
+    let parameters: Vec<String> = tool
+        .tool
+        .input_schema
+        .get("properties")
+        .and_then(|p| p.as_object())
+        .map(|p| p.keys().map(|k| split_identifiers(k).join(" ")).collect())
+        .unwrap_or_default();
+    if !parameters.is_empty() {
+        text.push_str(" Parameters: ");
+        text.push_str(&parameters.join(", "));
+    }
+    text
+}
+
+fn z_scores(values: &[f64]) -> Vec<f64> {
+    let n = values.len().max(1) as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let deviation = (values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n).sqrt();
+    values
+        .iter()
+        .map(|v| (v - mean) / (deviation + 1e-9))
+        .collect()
+}
+
+/// The cache file: entries of a 32-byte key, a little-endian u32 length, then the floats.
+fn read_cache(file: &PathBuf) -> HashMap<Key, Arc<[f32]>> {
+    let mut vectors = HashMap::new();
+    let Ok(bytes) = std::fs::read(file) else {
+        return vectors;
+    };
+    let mut rest = bytes.as_slice();
+    while rest.len() >= 36 {
+        let (key, tail) = rest.split_at(32);
+        let (length, tail) = tail.split_at(4);
+        let length = u32::from_le_bytes([length[0], length[1], length[2], length[3]]) as usize;
+        let Some(data) = tail.get(..length * 4) else {
+            break;
+        };
+        let vector: Vec<f32> = data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let mut k = [0u8; 32];
+        k.copy_from_slice(key);
+        vectors.insert(k, Arc::from(vector));
+        rest = &tail[length * 4..];
+    }
+    vectors
+}
+
+fn write_cache(file: &PathBuf, vectors: &HashMap<Key, Arc<[f32]>>) -> std::io::Result<()> {
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // Another process may have added vectors since this one read the file: keep them too.
+    let theirs = read_cache(file);
+    let mut bytes = Vec::new();
+    let extra = theirs.iter().filter(|(k, _)| !vectors.contains_key(*k));
+    for (key, vector) in vectors.iter().chain(extra) {
+        bytes.extend_from_slice(key);
+        bytes.extend_from_slice(&(vector.len() as u32).to_le_bytes());
+        vector
+            .iter()
+            .for_each(|v| bytes.extend_from_slice(&v.to_le_bytes()));
+    }
+    // Another process may write the same cache: each writes whole and renames into place.
+    let part = file.with_extension(format!("part{}", std::process::id()));
+    std::fs::write(&part, bytes)?;
+    std::fs::rename(&part, file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Words as axes: texts sharing a word (after a small synonym table) point the same way.
+    struct Words;
+
+    impl TextEncoder for Words {
+        fn encode(&self, text: &str) -> Vec<f32> {
+            let axes = ["subtract", "add", "weather"];
+            let text = text.to_lowercase().replace("take away", "subtract");
+            let mut v: Vec<f32> = axes
+                .iter()
+                .map(|a| if text.contains(a) { 1.0 } else { 0.0 })
+                .collect();
+            v.push(0.1);
+            let length = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.iter().map(|x| x / length).collect()
+        }
+        fn model(&self) -> &str {
+            "words"
+        }
+    }
+
+    fn tool(name: &str, description: &str) -> QualifiedTool {
+        QualifiedTool {
+            qualified_name: format!("math__{name}"),
+            server: "math".into(),
+            tool: serde_json::from_value(json!({"name": name, "description": description}))
+                .unwrap(),
+        }
+    }
+
+    #[test]
+    fn meaning_outranks_a_shared_word_and_exact_names_stay_first() {
+        let tools = vec![
+            tool("add", "Add two numbers."),
+            tool("subtract", "Subtract two numbers."),
+            tool("forecast", "Weather for the week."),
+        ];
+        let ranker = SemanticRanker::new(Arc::new(Words), None);
+        let vectors = ranker.tool_vectors(&tools);
+        let lexical = vec![Hit {
+            index: 0,
+            score: 1.0,
+            exact: false,
+        }];
+        let hits = ranker.fuse("take away 9 from 30", lexical, &vectors, 3);
+        assert_eq!(hits[0].index, 1, "{hits:?}");
+        let exact = vec![Hit {
+            index: 2,
+            score: 9.0,
+            exact: true,
+        }];
+        let hits = ranker.fuse("take away 9 from 30", exact, &vectors, 3);
+        assert_eq!((hits[0].index, hits[0].exact), (2, true), "{hits:?}");
+        assert_eq!(hits[1].index, 1);
+    }
+
+    #[test]
+    fn vectors_are_cached_on_disk_per_tool_text() {
+        let dir = std::env::temp_dir().join(format!("tether-vectors-{}", std::process::id()));
+        let tools = vec![tool("add", "Add two numbers.")];
+        let first = SemanticRanker::new(Arc::new(Words), Some(dir.clone()));
+        let made = first.tool_vectors(&tools);
+        let again = SemanticRanker::new(Arc::new(Words), Some(dir.clone()));
+        assert_eq!(again.lock().len(), 1, "the second ranker read the cache");
+        assert_eq!(again.tool_vectors(&tools)[0], made[0]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
