@@ -17,13 +17,15 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tether_catalog::{
-    Ranking, SearchIndex, SearchTools, SelectionMode, SelectionOptions, ServerTools, Snapshot,
-    ToolSelection, estimate_tokens, tokens_per_mode,
+    Ranking, SearchIndex, SearchTools, SelectionMode, SelectionOptions, SemanticRanker,
+    ServerTools, Snapshot, TextEncoder, ToolSelection, estimate_tokens, tokens_per_mode,
 };
+use tether_encoder::SentenceEncoder;
 use tether_protocol::Tool;
 
 struct Question {
@@ -69,6 +71,10 @@ fn load() -> (Vec<Tool>, Vec<Question>) {
 }
 
 fn snapshot(tools: &[Tool], ranking: Ranking) -> Snapshot {
+    snapshot_with(tools, ranking, None)
+}
+
+fn snapshot_with(tools: &[Tool], ranking: Ranking, semantic: Option<&SemanticRanker>) -> Snapshot {
     Snapshot::with_ranking(
         vec![ServerTools {
             server: "bfcl".into(),
@@ -77,6 +83,38 @@ fn snapshot(tools: &[Tool], ranking: Ranking) -> Snapshot {
         }],
         ranking,
     )
+    .with_semantic(semantic.cloned())
+}
+
+/// all-MiniLM-L6-v2 as the catalogue's encoder.
+struct MiniLm(SentenceEncoder);
+
+impl TextEncoder for MiniLm {
+    fn encode(&self, text: &str) -> Vec<f32> {
+        self.0.embed(text)
+    }
+    fn model(&self) -> &str {
+        "all-MiniLM-L6-v2"
+    }
+}
+
+/// The semantic ranker over the encoder `tether model pull` caches, its tool vectors cached
+/// in `target/tool-vectors` between runs (`TETHER_BENCH_COLD=1` encodes every tool afresh).
+fn semantic_ranker() -> Option<SemanticRanker> {
+    let vectors = test_support::workspace_root().join("target/tool-vectors");
+    if std::env::var_os("TETHER_BENCH_COLD").is_some() {
+        let _ = std::fs::remove_dir_all(&vectors);
+    }
+    match SentenceEncoder::load(&test_support::encoder_dir()) {
+        Ok(encoder) => Some(SemanticRanker::new(
+            Arc::new(MiniLm(encoder)),
+            Some(vectors),
+        )),
+        Err(e) => {
+            println!("(no semantic ranking: {e}; run `tether model pull`)");
+            None
+        }
+    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -90,7 +128,12 @@ struct Scores {
 /// The catalogue a question is ranked in: every BFCL function, with the definitions the
 /// question was written against in place of others of the same name. `None` when they are the
 /// ones tools.json holds already (most questions), so the shared snapshot serves.
-fn own_catalogue(tools: &[Tool], question: &Question, ranking: Ranking) -> Option<Snapshot> {
+fn own_catalogue(
+    tools: &[Tool],
+    question: &Question,
+    ranking: Ranking,
+    semantic: Option<&SemanticRanker>,
+) -> Option<Snapshot> {
     let differs = |own: &Tool| tools.iter().any(|t| t.name == own.name && t != own);
     if !question.functions.iter().any(differs) {
         return None;
@@ -106,14 +149,19 @@ fn own_catalogue(tools: &[Tool], question: &Question, ranking: Ranking) -> Optio
                 .clone()
         })
         .collect();
-    Some(snapshot(&replaced, ranking))
+    Some(snapshot_with(&replaced, ranking, semantic))
 }
 
-fn score(tools: &[Tool], ranking: Ranking, questions: &[&Question]) -> Scores {
-    let shared = snapshot(tools, ranking);
+fn score(
+    tools: &[Tool],
+    ranking: Ranking,
+    semantic: Option<&SemanticRanker>,
+    questions: &[&Question],
+) -> Scores {
+    let shared = snapshot_with(tools, ranking, semantic);
     let mut scores = Scores::default();
     for question in questions {
-        let own = own_catalogue(tools, question, ranking);
+        let own = own_catalogue(tools, question, ranking, semantic);
         let snapshot = own.as_ref().unwrap_or(&shared);
         let ranked: Vec<&str> = snapshot
             .search(&question.text, 50)
@@ -231,9 +279,25 @@ fn main() {
         tools.len(),
         questions.len()
     );
+    let semantic = semantic_ranker();
+    let started = Instant::now();
+    if let Some(ranker) = &semantic {
+        ranker.tool_vectors(shipped.tools());
+    }
+    let encoding = started.elapsed();
     println!(
-        "{:<18} {:>5} | {:>9} {:>9} {:>6} | {:>9} {:>9} {:>6}",
-        "category", "n", "plain r@1", "r@5", "MRR", "ours r@1", "r@5", "MRR"
+        "{:<18} {:>5} | {:>9} {:>6} {:>6} | {:>9} {:>6} {:>6} | {:>9} {:>6} {:>6}",
+        "category",
+        "n",
+        "plain r@1",
+        "r@5",
+        "MRR",
+        "lex r@1",
+        "r@5",
+        "MRR",
+        "+sem r@1",
+        "r@5",
+        "MRR"
     );
     let categories = ["simple_python", "multiple", "parallel", "parallel_multiple"];
     for category in categories {
@@ -241,21 +305,30 @@ fn main() {
             .iter()
             .filter(|q| q.category == category)
             .collect();
-        let (p, s) = (
-            score(&tools, Ranking::plain(), &subset),
-            score(&tools, Ranking::from_env(), &subset),
-        );
-        let f = |x: usize, n: usize| x as f64 / n as f64;
+        let runs = [
+            Some(score(&tools, Ranking::plain(), None, &subset)),
+            Some(score(&tools, Ranking::from_env(), None, &subset)),
+            semantic
+                .as_ref()
+                .map(|r| score(&tools, Ranking::from_env(), Some(r), &subset)),
+        ];
+        let cells: Vec<String> = runs
+            .iter()
+            .map(|run| match run {
+                Some(s) => format!(
+                    "{:>9.3} {:>6.3} {:>6.3}",
+                    s.at1 as f64 / s.n as f64,
+                    s.at5 as f64 / s.n as f64,
+                    s.reciprocal / s.n as f64
+                ),
+                None => format!("{:>9} {:>6} {:>6}", "-", "-", "-"),
+            })
+            .collect();
         println!(
-            "{:<18} {:>5} | {:>9.3} {:>9.3} {:>6.3} | {:>9.3} {:>9.3} {:>6.3}",
+            "{:<18} {:>5} | {}",
             category,
-            p.n,
-            f(p.at1, p.n),
-            f(p.at5, p.n),
-            p.reciprocal / p.n as f64,
-            f(s.at1, s.n),
-            f(s.at5, s.n),
-            s.reciprocal / s.n as f64
+            subset.len(),
+            cells.join(" | ")
         );
     }
 
@@ -285,8 +358,8 @@ fn main() {
     ] {
         println!("\n{title}");
         println!(
-            "{:<34} | {:>9} {:>9} | {:>9} {:>9}",
-            "catalogue", "plain r@1", "r@5", "ours r@1", "r@5"
+            "{:<34} | {:>9} {:>6} | {:>9} {:>6} | {:>9} {:>6}",
+            "catalogue", "plain r@1", "r@5", "lex r@1", "r@5", "+sem r@1", "r@5"
         );
         let n = questions.len() as f64;
         for (label, servers) in [
@@ -309,8 +382,19 @@ fn main() {
             let ours = Snapshot::with_ranking(servers.clone(), Ranking::from_env());
             let (p1, p5, _) = score_any(&plain, questions);
             let (o1, o5, misses) = score_any(&ours, questions);
+            let with_meaning = semantic.as_ref().map(|r| {
+                score_any(
+                    &Snapshot::with_ranking(servers.clone(), Ranking::from_env())
+                        .with_semantic(Some(r.clone())),
+                    questions,
+                )
+            });
+            let meaning = match &with_meaning {
+                Some((s1, s5, _)) => format!("{:>9.3} {:>6.3}", *s1 as f64 / n, *s5 as f64 / n),
+                None => format!("{:>9} {:>6}", "-", "-"),
+            };
             println!(
-                "{label:<34} | {:>9.3} {:>9.3} | {:>9.3} {:>9.3}",
+                "{label:<34} | {:>9.3} {:>6.3} | {:>9.3} {:>6.3} | {meaning}",
                 p1 as f64 / n,
                 p5 as f64 / n,
                 o1 as f64 / n,
@@ -318,6 +402,11 @@ fn main() {
             );
             if std::env::var_os("TETHER_BENCH_MISSES").is_some() {
                 misses.iter().for_each(|m| println!("  missed: {m}"));
+                if let Some((_, _, misses)) = &with_meaning {
+                    misses
+                        .iter()
+                        .for_each(|m| println!("  missed with meaning: {m}"));
+                }
             }
         }
     }
@@ -382,6 +471,33 @@ fn main() {
         "one query over {} tools: median {query:.3} ms (min {query_min:.3}, max {query_max:.3})",
         tools.len()
     );
+    if let Some(ranker) = &semantic {
+        let with_meaning = snapshot_with(&tools, Ranking::default(), Some(ranker));
+        with_meaning.search("warm up", 5);
+        let mut samples = Vec::new();
+        for _ in 0..rounds {
+            let started = Instant::now();
+            for question in questions.iter().take(50) {
+                std::hint::black_box(with_meaning.search(&question.text, 5));
+            }
+            samples.push(started.elapsed() / 50);
+        }
+        let (q, q_min, q_max) = median_spread(samples);
+        println!(
+            "one query with semantic ranking (encoding the query, then fusing): median {q:.3} ms (min {q_min:.3}, max {q_max:.3})"
+        );
+        println!(
+            "encoding the {} tools for semantic ranking: {:.1} s on {} threads ({})",
+            tools.len(),
+            encoding.as_secs_f64(),
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            if std::env::var_os("TETHER_BENCH_COLD").is_some() {
+                "cold: every tool encoded"
+            } else {
+                "vectors cached by an earlier run are reused; TETHER_BENCH_COLD=1 for the cold figure"
+            }
+        );
+    }
     println!(
         "machine load while measuring: {}",
         std::fs::read_to_string("/proc/loadavg")
@@ -397,7 +513,7 @@ fn misses(tools: &[Tool], shared: &Snapshot, questions: &[Question], n: usize) {
         .iter()
         .filter(|q| q.category == "simple_python" || q.category == "multiple")
     {
-        let own = own_catalogue(tools, q, Ranking::from_env());
+        let own = own_catalogue(tools, q, Ranking::from_env(), None);
         let snapshot = own.as_ref().unwrap_or(shared);
         let ranked: Vec<String> = snapshot
             .search(&q.text, 5)

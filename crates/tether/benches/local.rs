@@ -5,11 +5,16 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::{Value, json};
 use test_support::npm_bin;
-use tether_catalog::{SearchTools, SelectionMode, SelectionOptions, ToolCatalog, ToolSelection};
+
+use tether_catalog::{
+    SearchTools, SelectionMode, SelectionOptions, SemanticRanker, TextEncoder, ToolCatalog,
+    ToolSelection,
+};
 use tether_llm::{ChatRequest, ToolChoice, complete};
 use tether_local::{LocalOptions, LocalProvider, provision};
 use tether_mcp::{ServerConfig, ServerRegistry};
@@ -119,6 +124,27 @@ fn cases() -> Vec<(&'static str, &'static str, Value)> {
     ]
 }
 
+/// all-MiniLM-L6-v2 as `tether run` gives it to the catalogue (semantic search is on by
+/// default), so pre-selection here ranks as the product does.
+struct MiniLm(tether_encoder::SentenceEncoder);
+
+impl TextEncoder for MiniLm {
+    fn encode(&self, text: &str) -> Vec<f32> {
+        self.0.embed(text)
+    }
+    fn model(&self) -> &str {
+        "all-MiniLM-L6-v2"
+    }
+}
+
+async fn semantic_ranker() -> SemanticRanker {
+    let dir = provision::ensure_encoder_model(&|_, _, _| {})
+        .await
+        .unwrap();
+    let encoder = tether_encoder::SentenceEncoder::load(&dir).unwrap();
+    SemanticRanker::new(Arc::new(MiniLm(encoder)), Some(dir))
+}
+
 /// The three tools `--tools auto` pre-selects for `prompt` when the embedded model is used.
 fn preselected(
     snapshot: &tether_catalog::Snapshot,
@@ -186,6 +212,7 @@ fn main() {
         std::fs::write(workdir.join("README.md"), "# A project").unwrap();
         std::env::set_current_dir(&workdir).unwrap();
         let (catalog, _) = ToolCatalog::load(&registry).await;
+        catalog.rank_semantically(semantic_ranker().await);
         let snapshot = catalog.snapshot();
         let tools = snapshot.definitions().to_vec();
         println!("tool-call accuracy of SmolLM2-135M-Instruct Q4_1, {} prompts, {} tools", cases().len(), tools.len());
@@ -365,6 +392,7 @@ async fn bfcl(path: &std::path::Path) {
         .take(100)
         .collect();
     let provider = LocalProvider::load(path, "local".into(), LocalOptions::default()).unwrap();
+    let ranker = semantic_ranker().await;
     println!(
         "BFCL simple_python, first {} questions, each with 100 distractor tools",
         questions.len()
@@ -394,7 +422,8 @@ async fn bfcl(path: &std::path::Path) {
                 server: "bfcl".into(),
                 tools: offered,
                 always_load: false,
-            }]);
+            }])
+            .with_semantic(Some(ranker.clone()));
             let text = question["question"].as_str().unwrap();
             let definitions = if preselect {
                 preselected(&snapshot, text)

@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 use tether_agent::{
     Agent, AgentError, ApprovalMode, Approver, NonInteractive, TurnOutcome, attach_resources,
 };
-use tether_catalog::{ToolCatalog, ToolSelection};
+use tether_catalog::{SelectionMode, ToolCatalog, ToolSelection, selection_for};
 use tether_llm::Provider;
 use tether_mcp::{McpError, ServerConfig, ServerRegistry};
 use tether_protocol::chat::{Message, Usage};
@@ -322,6 +322,7 @@ pub async fn chat(
         spec,
         selection,
     } = setup(&args, &settings).await?;
+    let semantic = crate::semantic::enabled(&settings)?;
     let provider: Arc<dyn Provider> = Arc::from(provider);
     host.provider = Some(provider.clone());
     let interactive = host.interactive;
@@ -334,6 +335,12 @@ pub async fn chat(
     for error in errors {
         eprintln!("warning: {error}");
     }
+    // Only a catalogue that will be searched needs the encoder (and its download).
+    let searches =
+        selection_for(&selection).effective_mode(&tools.snapshot()) != SelectionMode::All;
+    if let Some(warning) = crate::semantic::attach(&tools, semantic && searches).await {
+        eprintln!("warning: {warning}");
+    }
     for line in crate::run::pin_tools(&tools, &registry) {
         eprintln!("note: {}", crate::render::terminal_safe(&line));
     }
@@ -343,7 +350,7 @@ pub async fn chat(
         options,
         registry: &mut registry,
         tools,
-        selection: tether_catalog::selection_for(&selection),
+        selection: selection_for(&selection),
         host,
         conversation: Vec::new(),
         usage: Usage::default(),

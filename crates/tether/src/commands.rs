@@ -155,7 +155,10 @@ async fn tester_command(
             limit,
             tokens,
         } => match (search, tokens) {
-            (Some(query), _) => tools_search_command(registry, &query, limit, json).await,
+            (Some(query), _) => {
+                let semantic = crate::semantic::enabled(settings)?;
+                tools_search_command(registry, &query, limit, json, semantic).await
+            }
             (None, true) => tools_tokens_command(registry, settings, json).await,
             (None, false) => tools_command(registry, server.as_deref(), json, schema).await,
         },
@@ -571,8 +574,12 @@ async fn tools_search_command(
     query: &str,
     limit: usize,
     json: bool,
+    semantic: bool,
 ) -> Result<(), Failure> {
     let (catalog, list_errors) = ToolCatalog::load(registry).await;
+    if let Some(warning) = crate::semantic::attach(&catalog, semantic).await {
+        eprintln!("warning: {warning}");
+    }
     let snapshot = catalog.snapshot();
     let hits = snapshot.search(query, limit.max(1));
     let rows: Vec<Value> = hits

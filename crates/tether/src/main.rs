@@ -11,6 +11,7 @@ mod host;
 mod markdown;
 mod render;
 mod run;
+mod semantic;
 mod serve;
 mod session;
 mod telemetry;

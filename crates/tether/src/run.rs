@@ -269,7 +269,7 @@ fn default_model() -> Option<String> {
 
 /// Prints download progress on stderr: a live line on a terminal, quarters otherwise.
 #[cfg(feature = "local")]
-fn progress_printer() -> impl Fn(u64, Option<u64>, &str) + Sync {
+pub(crate) fn progress_printer(what: &'static str) -> impl Fn(u64, Option<u64>, &str) + Sync {
     let terminal = std::io::stderr().is_terminal();
     let last_quarter = std::sync::atomic::AtomicU64::new(0);
     move |done, total, source| {
@@ -280,7 +280,7 @@ fn progress_printer() -> impl Fn(u64, Option<u64>, &str) + Sync {
         let percent = done * 100 / total;
         if terminal {
             eprint!(
-                "\rdownloading the default model from {source}: {percent:3}% ({:.0}/{:.0} MB)",
+                "\rdownloading {what} from {source}: {percent:3}% ({:.0}/{:.0} MB)",
                 mb(done),
                 mb(total)
             );
@@ -292,7 +292,7 @@ fn progress_printer() -> impl Fn(u64, Option<u64>, &str) + Sync {
             if quarter > last_quarter.swap(quarter, std::sync::atomic::Ordering::Relaxed)
                 || done == 0
             {
-                eprintln!("downloading the default model from {source}: {percent}%");
+                eprintln!("downloading {what} from {source}: {percent}%");
             }
         }
     }
@@ -304,7 +304,7 @@ async fn local_provider(spec: &str, args: &ModelArgs) -> Result<Box<dyn Provider
     let (path, name) = match spec.strip_prefix("local:") {
         Some(path) => (std::path::PathBuf::from(path), spec.to_string()),
         None => {
-            let progress = progress_printer();
+            let progress = progress_printer("the default model");
             let path = provision::ensure_default_model(&progress)
                 .await
                 .map_err(Failure::partial)?;
@@ -343,11 +343,16 @@ pub async fn model_command(action: &str) -> Result<(), Failure> {
             );
             return Ok(());
         }
-        let progress = progress_printer();
+        let progress = progress_printer("the default model");
         let path = provision::ensure_default_model(&progress)
             .await
             .map_err(Failure::partial)?;
         println!("{}", path.display());
+        let progress = progress_printer("the search encoder");
+        let encoder = provision::ensure_encoder_model(&progress)
+            .await
+            .map_err(Failure::partial)?;
+        println!("{}", encoder.display());
         Ok(())
     }
     #[cfg(not(feature = "local"))]
@@ -800,6 +805,7 @@ pub async fn run(
         selection,
         ..
     } = setup(&args, &settings).await?;
+    let semantic = crate::semantic::enabled(&settings)?;
     let provider: Arc<dyn Provider> = Arc::from(provider);
     host.provider = Some(provider.clone());
     host.interactive &= !json;
@@ -820,6 +826,12 @@ pub async fn run(
     let (catalog, errors) = ToolCatalog::load(&registry).await;
     for error in errors {
         eprintln!("warning: {error}");
+    }
+    // Only a catalogue that will be searched needs the encoder (and its download).
+    let searches =
+        selection_for(&selection).effective_mode(&catalog.snapshot()) != SelectionMode::All;
+    if let Some(warning) = crate::semantic::attach(&catalog, semantic && searches).await {
+        eprintln!("warning: {warning}");
     }
     for line in pin_tools(&catalog, &registry) {
         eprintln!("note: {}", terminal_safe(&line));

@@ -1,0 +1,83 @@
+//! Semantic tool search for the front ends: `run`, `chat` and `tools --search` give their
+//! catalogue the sentence encoder (all-MiniLM-L6-v2, fetched once into the model cache beside
+//! the default model), so searches rank by meaning as well as by words. `"semanticSearch":
+//! false` in the config keeps search lexical. The encoder loads on the first search that needs
+//! it, so a run that never searches pays nothing but the file check.
+
+use serde_json::{Map, Value};
+use tether_catalog::ToolCatalog;
+
+use crate::Failure;
+
+/// `"semanticSearch"` in the config: on unless set to `false`.
+pub(crate) fn enabled(settings: &Map<String, Value>) -> Result<bool, Failure> {
+    match settings.get("semanticSearch") {
+        None => Ok(true),
+        Some(Value::Bool(on)) => Ok(*on),
+        Some(other) => Err(Failure::usage(format!(
+            "config: \"semanticSearch\" is {other}; expected true or false"
+        ))),
+    }
+}
+
+/// Gives `catalog` semantic ranking when `on`, fetching the encoder the first time. Returns a
+/// warning to show when that failed (search then stays lexical).
+pub(crate) async fn attach(catalog: &ToolCatalog, on: bool) -> Option<String> {
+    if on {
+        attach_encoder(catalog).await
+    } else {
+        None
+    }
+}
+
+#[cfg(feature = "local")]
+async fn attach_encoder(catalog: &ToolCatalog) -> Option<String> {
+    use std::sync::Arc;
+    use tether_catalog::SemanticRanker;
+    use tether_local::provision;
+    let progress = crate::run::progress_printer("the search encoder");
+    let dir = match provision::ensure_encoder_model(&progress).await {
+        Ok(dir) => dir,
+        Err(e) => return Some(format!("{e}; tool search stays lexical")),
+    };
+    let encoder = Arc::new(LazyMiniLm {
+        dir: dir.clone(),
+        loaded: std::sync::OnceLock::new(),
+    });
+    catalog.rank_semantically(SemanticRanker::new(encoder, Some(dir)));
+    None
+}
+
+#[cfg(not(feature = "local"))]
+async fn attach_encoder(_catalog: &ToolCatalog) -> Option<String> {
+    // The encoder is fetched by the embedded model's provisioning, which this build lacks.
+    None
+}
+
+/// all-MiniLM-L6-v2, read from disk on first use (90 MB of weights, a few hundred ms).
+#[cfg(feature = "local")]
+struct LazyMiniLm {
+    dir: std::path::PathBuf,
+    loaded: std::sync::OnceLock<Option<tether_encoder::SentenceEncoder>>,
+}
+
+#[cfg(feature = "local")]
+impl tether_catalog::TextEncoder for LazyMiniLm {
+    fn encode(&self, text: &str) -> Vec<f32> {
+        let encoder =
+            self.loaded
+                .get_or_init(|| match tether_encoder::SentenceEncoder::load(&self.dir) {
+                    Ok(encoder) => Some(encoder),
+                    Err(e) => {
+                        eprintln!("warning: {e}; tool search stays lexical");
+                        None
+                    }
+                });
+        // Without the model every vector is empty, and the fusion leaves BM25's order alone.
+        encoder.as_ref().map(|e| e.embed(text)).unwrap_or_default()
+    }
+
+    fn model(&self) -> &str {
+        "all-MiniLM-L6-v2"
+    }
+}
