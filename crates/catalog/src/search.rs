@@ -139,8 +139,9 @@ impl SearchIndex {
                         Some(term) => *term,
                         None => {
                             let stem = match &stemmer {
-                                Some(stemmer) => (!STOP_WORDS.contains(&word.as_str()))
-                                    .then(|| stemmer.stem(&word).into_owned()),
+                                Some(stemmer) => {
+                                    (!is_stop_word(&word)).then(|| stemmer.stem(&word).into_owned())
+                                }
                                 None => Some(word.clone()),
                             };
                             let term = stem.map(|stem| {
@@ -490,6 +491,12 @@ const EVERYDAY_WORDS: &[(&str, &[&str])] = &[
     ("width", &["dimension"]),
 ];
 
+/// Whether `word` (lower-cased) says nothing about which tool is meant: a stop word, or a
+/// single character (the `s` of "what's" and "machine's", the `t` of "don't", a lone digit).
+fn is_stop_word(word: &str) -> bool {
+    word.chars().nth(1).is_none() || STOP_WORDS.contains(&word)
+}
+
 /// Words that say nothing about which tool is meant.
 const STOP_WORDS: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "by", "can", "could", "do", "does", "for", "from",
@@ -532,8 +539,7 @@ impl Analyser {
             buffer.clear();
             buffer.extend(piece.chars().flat_map(char::to_lowercase));
             if !cache.contains_key(buffer.as_str()) {
-                let stem = (!STOP_WORDS.contains(&buffer.as_str()))
-                    .then(|| stemmer.stem(buffer).into_owned());
+                let stem = (!is_stop_word(buffer)).then(|| stemmer.stem(buffer).into_owned());
                 cache.insert(buffer.clone(), stem);
             }
             if let Some(Some(stem)) = cache.get(buffer.as_str()) {

@@ -148,12 +148,12 @@ impl SemanticRanker {
                 *slot = hit.score;
             }
         }
-        let (bm25, dense) = (z_scores(&bm25), z_scores(&dense));
+        let (z_bm25, z_dense) = (z_scores(&bm25), z_scores(&dense));
         let mut hits: Vec<Hit> = (0..n)
             .filter(|i| !exact.iter().any(|h| h.index == *i))
             .map(|i| Hit {
                 index: i,
-                score: bm25[i] + SEMANTIC_WEIGHT * dense[i],
+                score: z_bm25[i] + SEMANTIC_WEIGHT * z_dense[i],
                 exact: false,
             })
             .collect();

@@ -124,8 +124,8 @@ fn cases() -> Vec<(&'static str, &'static str, Value)> {
     ]
 }
 
-/// all-MiniLM-L6-v2 as `tether run` gives it to the catalogue (semantic search is on by
-/// default), so pre-selection here ranks as the product does.
+/// all-MiniLM-L6-v2 as `tether run` gives a remote model's catalogue, to measure what it does
+/// to the embedded model's pre-selection (which stays lexical in the product: see the result).
 struct MiniLm(tether_encoder::SentenceEncoder);
 
 impl TextEncoder for MiniLm {
@@ -212,19 +212,24 @@ fn main() {
         std::fs::write(workdir.join("README.md"), "# A project").unwrap();
         std::env::set_current_dir(&workdir).unwrap();
         let (catalog, _) = ToolCatalog::load(&registry).await;
+        let lexical = catalog.snapshot();
         catalog.rank_semantically(semantic_ranker().await);
-        let snapshot = catalog.snapshot();
-        let tools = snapshot.definitions().to_vec();
+        let semantic = catalog.snapshot();
+        let tools = semantic.definitions().to_vec();
         println!("tool-call accuracy of SmolLM2-135M-Instruct Q4_1, {} prompts, {} tools", cases().len(), tools.len());
         // Pre-selection is what `--tools search|auto` does for the embedded model: the three
         // best matches for the question are offered, and the grammar is built over them.
-        for (grammar, preselect) in [(true, true), (true, false), (false, false)] {
+        for (grammar, preselect, meaning) in [(true, true, true), (true, true, false), (true, false, false), (false, false, false)] {
+            if !preselect && std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("preselect") {
+                break;
+            }
+            let snapshot = if meaning { &semantic } else { &lexical };
             let provider = LocalProvider::load(&path, "local".into(), LocalOptions { grammar, ..LocalOptions::default() }).unwrap();
             let (mut names, mut both, mut offered_right) = (0, 0, 0);
             let started = Instant::now();
             for (prompt, tool, arguments) in cases() {
                 let offered = if preselect {
-                    preselected(&snapshot, prompt)
+                    preselected(snapshot, prompt)
                 } else {
                     tools.clone()
                 };
@@ -242,18 +247,29 @@ fn main() {
                 let args_ok = name_ok && call.is_some_and(|c| arguments_match(&arguments, &serde_json::from_str(&c.arguments).unwrap_or(Value::Null)));
                 names += usize::from(name_ok);
                 both += usize::from(args_ok);
+                if std::env::var_os("TETHER_BENCH_VERBOSE").is_some() {
+                    let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+                    println!("    {prompt:?}: offered {offered:?}, called {:?}", call.map(|c| (&c.name, &c.arguments)));
+                }
             }
             let n = cases().len();
             println!(
                 "  grammar {:3}, {}: correct tool {names}/{n} ({:.0}%), correct tool and arguments {both}/{n} ({:.0}%), right tool offered {offered_right}/{n}, {:.1}s per prompt",
                 if grammar { "on" } else { "off" },
-                if preselect { "3 pre-selected tools" } else { "all tools offered" },
+                match (preselect, meaning) {
+                    (true, true) => "3 pre-selected tools (semantic ranking)",
+                    (true, false) => "3 pre-selected tools (lexical, what tether run does)",
+                    _ => "all tools offered",
+                },
                 names as f64 * 100.0 / n as f64,
                 both as f64 * 100.0 / n as f64,
                 started.elapsed().as_secs_f64() / n as f64
             );
         }
         registry.shutdown().await;
+        if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("preselect") {
+            return;
+        }
         natural_questions();
         speed(&path).await;
     });
@@ -392,7 +408,6 @@ async fn bfcl(path: &std::path::Path) {
         .take(100)
         .collect();
     let provider = LocalProvider::load(path, "local".into(), LocalOptions::default()).unwrap();
-    let ranker = semantic_ranker().await;
     println!(
         "BFCL simple_python, first {} questions, each with 100 distractor tools",
         questions.len()
@@ -422,8 +437,7 @@ async fn bfcl(path: &std::path::Path) {
                 server: "bfcl".into(),
                 tools: offered,
                 always_load: false,
-            }])
-            .with_semantic(Some(ranker.clone()));
+            }]);
             let text = question["question"].as_str().unwrap();
             let definitions = if preselect {
                 preselected(&snapshot, text)

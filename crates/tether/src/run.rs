@@ -827,9 +827,12 @@ pub async fn run(
     for error in errors {
         eprintln!("warning: {error}");
     }
-    // Only a catalogue that will be searched needs the encoder (and its download).
-    let searches =
-        selection_for(&selection).effective_mode(&catalog.snapshot()) != SelectionMode::All;
+    // Only a catalogue that will be searched needs the encoder (and its download). The embedded
+    // model is not offered `search_tools` and pre-selects lexically: semantic ranking always
+    // fills its three places with look-alike tools, which cost the 135M model 14 points on the
+    // accuracy bench (docs/decisions.md).
+    let searches = selection.search_tool
+        && selection_for(&selection).effective_mode(&catalog.snapshot()) != SelectionMode::All;
     if let Some(warning) = crate::semantic::attach(&catalog, semantic && searches).await {
         eprintln!("warning: {warning}");
     }

@@ -1,8 +1,8 @@
-//! Semantic tool search for the front ends: `run`, `chat` and `tools --search` give their
-//! catalogue the sentence encoder (all-MiniLM-L6-v2, fetched once into the model cache beside
-//! the default model), so searches rank by meaning as well as by words. `"semanticSearch":
-//! false` in the config keeps search lexical. The encoder loads on the first search that needs
-//! it, so a run that never searches pays nothing but the file check.
+//! Semantic tool search for the front ends: `run` and `chat` with a model that searches, and
+//! `tools --search`, give their catalogue the sentence encoder (all-MiniLM-L6-v2, fetched once
+//! into the model cache beside the default model), so searches rank by meaning as well as by
+//! words. `"semanticSearch": false` in the config keeps search lexical. The encoder loads on
+//! the first search, so a run that never searches pays only for the file check.
 
 use serde_json::{Map, Value};
 use tether_catalog::ToolCatalog;
