@@ -47,6 +47,8 @@ if [ ! -x peers/.venv-proxy/bin/mcp-proxy ]; then
   peers/.venv-proxy/bin/pip install --quiet --disable-pip-version-check mcp-proxy==0.13.0
 fi
 cargo bench --locked -p tether --bench mcp "${args[@]}"
+# The search encoder for the semantic column (cached after the first time).
+cargo run --quiet --locked --release -p tether -- model pull >/dev/null
 cargo bench --locked -p tether-catalog --bench search "${args[@]}"
 cargo bench --locked -p tether --bench gateway "${args[@]}"
 if [ -z "$quick" ]; then
