@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Installs the system packages only the tests need: HAProxy (the load balancer in front of
-# `tether serve` replicas in the scale-out test). Skipped when it is already there. cmake and
-# libclang for the build come from scripts/build-env.sh, without root.
+# Installs the Debian packages only the tests need, each skipped when its program is there:
+# HAProxy (the load balancer in front of `tether serve` replicas in the scale-out test), tmux
+# (the terminal tests), debootstrap and zstd (the bare-machine test builds and caches its roots
+# with them). cmake and libclang for the build come from scripts/build-env.sh, without root.
 set -euo pipefail
-if command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ]; then
-  echo "system: haproxy present"
+packages=()
+{ command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ]; } || packages+=(haproxy)
+command -v tmux >/dev/null 2>&1 || packages+=(tmux)
+{ command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ]; } || packages+=(debootstrap)
+command -v zstd >/dev/null 2>&1 || packages+=(zstd)
+if [ "${#packages[@]}" -eq 0 ]; then
+  echo "system: haproxy, tmux, debootstrap and zstd present"
   exit 0
 fi
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "system: installing haproxy"
+echo "system: installing ${packages[*]}"
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get install -y -q haproxy || { $sudo apt-get update -q && $sudo apt-get install -y -q haproxy; }
+$sudo apt-get install -y -q "${packages[@]}" || { $sudo apt-get update -q && $sudo apt-get install -y -q "${packages[@]}"; }
