@@ -152,4 +152,22 @@ tether_lint_env() {
   fi
   export RUSTC_WORKSPACE_WRAPPER="$driver"
   export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+  # Cargo's intermediate artifacts in one place per user, shared by every clone: a fresh clone
+  # (as CI makes) reuses the dependencies, llama.cpp included, compiled by an earlier run, and
+  # compiles (and lints) only the workspace's own crates, whose artifacts cargo keys by their
+  # path. The final artifacts (target/debug/tether) stay in the clone. Over 40 GiB, from many
+  # clones, it is emptied before the build.
+  tether_build_dir="${TETHER_BUILD_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tether/cargo-build}"
+  export CARGO_BUILD_BUILD_DIR="$tether_build_dir"
+}
+
+# tether_prune_build_dir: empties the shared build directory when it has grown past 40 GiB.
+tether_prune_build_dir() {
+  [ -d "${tether_build_dir:-}" ] || return 0
+  local kib
+  kib="$(du -sk "$tether_build_dir" 2>/dev/null | cut -f1)"
+  if [ "${kib:-0}" -gt $((40 * 1024 * 1024)) ]; then
+    echo "build: $tether_build_dir holds $((kib / 1024 / 1024)) GiB from earlier clones; emptying it (this build is cold)" >&2
+    rm -rf --one-file-system "$tether_build_dir"
+  fi
 }
