@@ -288,6 +288,49 @@ fn http_client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
+/// The legacy handshake: `initialize` at 2025-11-25, the newest revision that has it.
+fn legacy_lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Initialize
+}
+
+/// Why a failed start deserves a second handshake, `initialize` at 2025-11-25 on a fresh
+/// connection: only after our own `server/discover` probe (a pinned revision is tried alone),
+/// and on any answer to it that was not a modern success. rmcp falls back by itself only on a
+/// correlated JSON-RPC error that names no versions; a server that lists only legacy versions
+/// (`-32602` with `supported`), answers the POST with HTTP 400/404/405 or a body that is not
+/// JSON-RPC, or closes the connection, is as likely to be a legacy server (as the spec's
+/// backwards-compatibility section says, and rust-sdk's own fallback fix). `None`: do not retry
+/// (rmcp already tried `initialize`, or the start was cancelled).
+fn legacy_retry(
+    lifecycle: &ClientLifecycleMode,
+    error: &rmcp::service::ClientInitializeError,
+) -> Option<String> {
+    use rmcp::service::ClientInitializeError as Failed;
+    if !matches!(lifecycle, ClientLifecycleMode::Auto { .. }) {
+        return None;
+    }
+    match error {
+        Failed::LegacyFallbackFailed { .. }
+        | Failed::Cancelled
+        | Failed::NoPreferredProtocolVersion => None,
+        Failed::NoCompatibleProtocolVersion {
+            server_supported, ..
+        } => Some(format!(
+            "server/discover: the server supports {}",
+            if server_supported.is_empty() {
+                "no version it named".to_string()
+            } else {
+                server_supported
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        )),
+        other => Some(format!("server/discover failed: {other}")),
+    }
+}
+
 /// The server's own reason when it answered the handshake with an error (after the modern
 /// probe, the legacy `initialize`'s answer is the one that counts).
 fn handshake_refusal(error: &rmcp::service::ClientInitializeError) -> Option<String> {
@@ -343,12 +386,29 @@ async fn open_session(
             env,
             cwd,
         } => {
-            let (process, pipes) = StdioProcess::spawn(name, command, args, env, cwd.as_ref())?;
-            let outcome = tokio::time::timeout(
+            let (mut process, pipes) = StdioProcess::spawn(name, command, args, env, cwd.as_ref())?;
+            let mut outcome = tokio::time::timeout(
                 config.startup_timeout,
-                session.serve_with_lifecycle(tapped(pipes, &tap), lifecycle),
+                session
+                    .clone()
+                    .serve_with_lifecycle(tapped(pipes, &tap), lifecycle.clone()),
             )
             .await;
+            if let Ok(Err(error)) = &outcome
+                && let Some(why) = legacy_retry(&lifecycle, error)
+            {
+                // The probe may have left the server in any state (some exit on a method
+                // they do not know): the legacy handshake gets a fresh process.
+                tracing::info!(server = name, "{why}; trying initialize at 2025-11-25");
+                process.stop().await;
+                let (fresh, pipes) = StdioProcess::spawn(name, command, args, env, cwd.as_ref())?;
+                process = fresh;
+                outcome = tokio::time::timeout(
+                    config.startup_timeout.saturating_sub(started.elapsed()),
+                    session.serve_with_lifecycle(tapped(pipes, &tap), legacy_lifecycle()),
+                )
+                .await;
+            }
             match outcome {
                 Ok(Ok(client)) => (client, Some(process)),
                 Ok(Err(error)) => {
@@ -396,28 +456,56 @@ async fn open_session(
             let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(header_map);
             let fallback_session = session.clone();
-            let serve = async {
-                match authorization {
-                    Some(crate::auth::Authorization(manager)) => {
-                        let client = AuthClient::new(reqwest::Client::default(), manager);
-                        let client = crate::legacy_fields::KeepTaskFields(client);
-                        let transport =
-                            StreamableHttpClientTransport::with_client(client, transport_config);
-                        session
-                            .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
-                            .await
-                    }
-                    None => {
-                        let client = crate::legacy_fields::KeepTaskFields(http_client());
-                        let transport =
-                            StreamableHttpClientTransport::with_client(client, transport_config);
-                        session
-                            .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
-                            .await
+            // One signed-in client for both handshakes: a retry must not sign in again.
+            let auth_client = authorization.map(|crate::auth::Authorization(manager)| {
+                AuthClient::new(reqwest::Client::default(), manager)
+            });
+            let serve = |session: ClientSession, lifecycle: ClientLifecycleMode| {
+                let transport_config = transport_config.clone();
+                let auth_client = auth_client.clone();
+                let tap = tap.clone();
+                async move {
+                    match auth_client {
+                        Some(client) => {
+                            let client = crate::legacy_fields::KeepTaskFields(client);
+                            let transport = StreamableHttpClientTransport::with_client(
+                                client,
+                                transport_config,
+                            );
+                            session
+                                .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
+                                .await
+                        }
+                        None => {
+                            let client = crate::legacy_fields::KeepTaskFields(http_client());
+                            let transport = StreamableHttpClientTransport::with_client(
+                                client,
+                                transport_config,
+                            );
+                            session
+                                .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
+                                .await
+                        }
                     }
                 }
             };
-            let outcome = tokio::time::timeout(config.startup_timeout, serve).await;
+            let mut outcome = tokio::time::timeout(
+                config.startup_timeout,
+                serve(session.clone(), lifecycle.clone()),
+            )
+            .await;
+            if let Ok(Err(error)) = &outcome
+                && !error.is_authorization_required()
+                && error.auth_challenge().is_none()
+                && let Some(why) = legacy_retry(&lifecycle, error)
+            {
+                tracing::info!(server = name, "{why}; trying initialize at 2025-11-25");
+                outcome = tokio::time::timeout(
+                    config.startup_timeout.saturating_sub(started.elapsed()),
+                    serve(session, legacy_lifecycle()),
+                )
+                .await;
+            }
             match outcome {
                 Ok(Ok(client)) => (client, None),
                 Ok(Err(error))

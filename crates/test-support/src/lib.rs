@@ -231,6 +231,14 @@ impl HttpServer {
         HttpServer::spawn(command, "/sse")
     }
 
+    /// A legacy (2025-11-25) server over Streamable HTTP that answers the modern probe in
+    /// `mode`'s way (`fixtures/legacy_http_server.py`; standard library only).
+    pub fn legacy(mode: &str) -> HttpServer {
+        let mut command = Command::new("python3");
+        command.arg(fixture("legacy_http_server.py")).arg(mode);
+        HttpServer::spawn(command, "/mcp")
+    }
+
     /// A modern-era (2026-07-28) Python SDK server over Streamable HTTP.
     pub fn modern() -> HttpServer {
         let mut command = Command::new(venv_bin("python"));

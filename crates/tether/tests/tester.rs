@@ -319,6 +319,39 @@ fn resources_templates_read_and_prompts_over_stdio() {
     );
 }
 
+/// A legacy server is reached through `initialize` at 2025-11-25 whatever it answers our
+/// 2026-07-28 probe (`server/discover`), as long as the answer is not a modern success: an
+/// unsupported-version error listing only legacy versions or none, an exit, HTTP 400, 404 or
+/// 405, a plain-text body. rmcp itself falls back only on a JSON-RPC error naming no versions.
+#[test]
+fn a_legacy_server_is_reached_whatever_it_answers_the_modern_probe() {
+    let check = |what: &str, run: &Run| {
+        assert_eq!(run.code, 0, "{what}: {}", run.stderr);
+        let rows: Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("{what}: {e}: {}", run.stdout));
+        assert_eq!(rows[0]["status"], "connected", "{what}: {rows}");
+        assert_eq!(rows[0]["protocolVersion"], "2025-11-25", "{what}: {rows}");
+        assert_eq!(rows[0]["era"], "legacy", "{what}: {rows}");
+    };
+    for mode in ["discover-versions", "discover-no-list", "discover-exit"] {
+        let server = format!("legacy={}", misbehaving_stdio(mode));
+        let run = tether(&["servers", "--json", "--stdio", &server]);
+        check(mode, &run);
+        let run = tether(&["call", "legacy", "boom", "--stdio", &server]);
+        assert_eq!(run.code, 0, "{mode}: {}", run.stderr);
+        assert_eq!(run.stdout.trim(), "ok", "{mode}");
+    }
+    for mode in ["http-400", "http-404", "http-405", "plain-text", "versions"] {
+        let server = HttpServer::legacy(mode);
+        let url = format!("legacy={}", server.url);
+        let run = tether(&["servers", "--json", "--url", &url]);
+        check(mode, &run);
+        let run = tether(&["call", "legacy", "ping", "--url", &url]);
+        assert_eq!(run.code, 0, "{mode}: {}", run.stderr);
+        assert_eq!(run.stdout.trim(), "pong", "{mode}");
+    }
+}
+
 #[test]
 fn streamable_http_server_everything() {
     let server = HttpServer::everything();
