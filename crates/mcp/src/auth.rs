@@ -236,10 +236,15 @@ impl BrowserStep for LoopbackBrowser {
                 .ok_or("the redirect listener was already used")?;
             let listener =
                 tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-            eprintln!(
-                "Open this URL in your browser to sign in (Tether does not open it for you):\n  {authorization_url}\nWaiting for the redirect to {} …",
-                self.redirect_uri()
-            );
+            // Not eprintln!: a closed standard error must not panic the sign-in.
+            {
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "Open this URL in your browser to sign in (Tether does not open it for you):\n  {authorization_url}\nWaiting for the redirect to {} …",
+                    self.redirect_uri()
+                );
+            }
             let wait = async {
                 loop {
                     let (mut stream, _) = listener.accept().await.map_err(|e| e.to_string())?;

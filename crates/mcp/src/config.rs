@@ -36,6 +36,8 @@ pub struct Config {
     /// Top-level keys other than `mcpServers` (`model`, `approval`, …), for the layers that
     /// own them.
     pub settings: serde_json::Map<String, Value>,
+    /// Whether the file has an `"mcpServers"` key (even an empty one).
+    pub declares_servers: bool,
 }
 
 /// How to reach one server.
@@ -212,8 +214,9 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 /// The raw file shape. Unknown keys are kept so they can be warned about, not rejected.
 #[derive(Deserialize)]
 struct RawConfig {
+    /// `None` when the file has no `"mcpServers"` key at all.
     #[serde(rename = "mcpServers", default)]
-    mcp_servers: serde_json::Map<String, Value>,
+    mcp_servers: Option<serde_json::Map<String, Value>>,
     #[serde(flatten)]
     other: serde_json::Map<String, Value>,
 }
@@ -385,12 +388,22 @@ impl Config {
                 }
             })?;
 
+        let declares_servers = raw.mcp_servers.is_some();
+        if !declares_servers {
+            misplaced_servers_key(&raw.other).map_or(Ok(()), |message| {
+                Err(McpError::Config {
+                    place: format!("{file} ({})", line_of_key(text, message.0)),
+                    message: message.1,
+                })
+            })?;
+        }
         let mut config = Config {
             source: Some(path.to_path_buf()),
+            declares_servers,
             settings: raw.other,
             ..Config::default()
         };
-        for (name, value) in raw.mcp_servers {
+        for (name, value) in raw.mcp_servers.unwrap_or_default() {
             let key = format!("mcpServers.{name}");
             let raw_server: RawServer =
                 serde_path_to_error::deserialize(value).map_err(|err| McpError::Config {
@@ -449,6 +462,33 @@ fn line_of_key(text: &str, name: &str) -> String {
         .position(|line| line.contains(&needle))
         .map(|i| format!("line {}", i + 1))
         .unwrap_or_else(|| "server block".to_string())
+}
+
+/// A top-level key that was meant to be `"mcpServers"`: VS Code's `"servers"` (its `mcp.json`
+/// shape) or a near miss (`"mcpServer"`, `"mcp_servers"`). Either would otherwise leave the file
+/// with no servers, and Tether would quietly run with the built-in one. The key and the message.
+fn misplaced_servers_key(top: &serde_json::Map<String, Value>) -> Option<(&str, String)> {
+    if let Some((key, _)) = top.get_key_value("servers") {
+        return Some((
+            key.as_str(),
+            "\"servers\" is VS Code's mcp.json shape; Tether reads Claude Desktop's: rename \"servers\" to \"mcpServers\" (entries with \"type\": \"http\" take \"url\" as they are)".into(),
+        ));
+    }
+    top.keys()
+        .find(|key| {
+            let folded: String = key
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric())
+                .collect::<String>()
+                .to_ascii_lowercase();
+            folded == "mcpservers" || strsim::levenshtein(&folded, "mcpservers") <= 2
+        })
+        .map(|key| {
+            (
+                key.as_str(),
+                format!("unknown key \"{key}\": did you mean \"mcpServers\"?"),
+            )
+        })
 }
 
 fn strsim_suggest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
@@ -763,6 +803,33 @@ mod tests {
             "EMPTY" => Some(String::new()),
             _ => None,
         })
+    }
+
+    #[test]
+    fn a_misplaced_servers_key_is_an_error_not_an_empty_config() {
+        let message = |text: &str| match parse(text) {
+            Err(McpError::Config { message, .. }) => message,
+            other => panic!("expected a config error for {text}, got {other:?}"),
+        };
+        let vs_code = message(r#"{"servers": {"x": {"type": "http", "url": "http://h/"}}}"#);
+        assert!(
+            vs_code.contains("VS Code") && vs_code.contains("\"mcpServers\""),
+            "{vs_code}"
+        );
+        for typo in ["mcpServer", "mcp_servers", "MCPServers", "mcpSevers"] {
+            let text = format!(r#"{{"{typo}": {{"x": {{"command": "x"}}}}}}"#);
+            let said = message(&text);
+            assert!(
+                said.contains(&format!("\"{typo}\""))
+                    && said.contains("did you mean \"mcpServers\""),
+                "{said}"
+            );
+        }
+        // Settings alone are a valid config file (a user's own defaults), and so is an empty
+        // server list; neither declares servers only in the second case.
+        let settings = parse(r#"{"model": "openai:gpt-4o-mini"}"#).unwrap();
+        assert!(!settings.declares_servers);
+        assert!(parse(r#"{"mcpServers": {}}"#).unwrap().declares_servers);
     }
 
     #[test]

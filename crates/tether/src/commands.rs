@@ -325,6 +325,18 @@ fn server_configs(global: &GlobalArgs) -> Result<Loaded, Failure> {
     let adhoc = !global.stdio.is_empty() || !global.url.is_empty();
     let (mut servers, settings, source) = if !adhoc || global.config.is_some() {
         let config = Config::discover(global.config.as_deref())?;
+        // A file named on the command line with no ad-hoc server is there for its servers:
+        // without any, the command would quietly use the built-in server instead.
+        if let Some(path) = &global.config
+            && !adhoc
+            && !config.declares_servers
+        {
+            return Err(McpError::Config {
+                place: path.display().to_string(),
+                message: "no \"mcpServers\" key; Tether reads Claude Desktop's shape: {\"mcpServers\": {\"name\": {\"command\": …}}}".into(),
+            }
+            .into());
+        }
         if global.strict
             && let Some(warning) = config.warnings.first()
         {

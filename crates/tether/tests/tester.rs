@@ -1111,6 +1111,32 @@ fn a_server_limited_to_a_directory_stays_limited_unless_roots_are_given() {
     );
 }
 
+/// A closed standard error (`tether batch FILE 2>&1 | head -1`) loses the lines written to
+/// it, never the run: no panic (exit 101), the commands still run and stdout keeps their output.
+#[test]
+fn a_closed_standard_error_does_not_panic() {
+    let dir = tempdir().join("closed-stderr");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("steps.txt"),
+        "call builtin add a=2 b=3\ncall builtin add a=4 b=5\n",
+    )
+    .unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["batch", "steps.txt"])
+        .current_dir(&dir)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stderr(writer)
+        .output()
+        .expect("tether runs");
+    assert_eq!(output.status.code(), Some(0), "exit 101 is a panic");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), ["5", "9"], "{stdout}");
+}
+
 #[test]
 fn batch_runs_tester_commands_against_servers_started_once() {
     // server-memory keeps its graph in the process: a later line sees what an earlier one
@@ -1185,6 +1211,54 @@ fn batch_runs_tester_commands_against_servers_started_once() {
         "{}",
         refused.stderr
     );
+}
+
+/// A config file in the wrong shape is an error naming the key Tether expected, never a run
+/// against the built-in server instead: a typo of "mcpServers", VS Code's "servers", or a file
+/// named with --config that declares no servers at all.
+#[test]
+fn a_config_in_the_wrong_shape_is_an_error_not_the_built_in_server() {
+    let dir = tempdir().join("wrong-shape");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (file, text, expected) in [
+        (
+            "typo.json",
+            r#"{"mcpServer": {"e": {"command": "true"}}}"#,
+            "did you mean \"mcpServers\"?",
+        ),
+        (
+            "vscode.json",
+            r#"{"servers": {"e": {"type": "stdio", "command": "true"}}}"#,
+            "VS Code's mcp.json shape",
+        ),
+        (
+            "settings.json",
+            r#"{"toolSelectoin": "all"}"#,
+            "no \"mcpServers\" key",
+        ),
+    ] {
+        std::fs::write(dir.join(file), text).unwrap();
+        let run = tether_in(&dir, &["--strict", "--config", file, "tools"]);
+        assert_eq!(run.code, 1, "{file}: {}", run.stderr);
+        let line = run.only_error();
+        assert!(
+            line.contains(file) && line.contains(expected),
+            "{file}: {line}"
+        );
+        assert!(!run.stdout.contains("builtin__"), "{file}: {}", run.stdout);
+    }
+    // Settings alone with ad-hoc servers are fine: the servers come from the command line.
+    let run = tether_in(
+        &dir,
+        &[
+            "--config",
+            "settings.json",
+            "--stdio",
+            &misbehaving_stdio("working"),
+            "tools",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
 #[test]

@@ -666,9 +666,10 @@ fn chat_marks_the_tools_a_turn_loaded() {
 fn search_finds_a_tool_by_meaning_unless_semantic_search_is_off() {
     let dir = scratch_dir("tool_search", "semantic");
     let lexical = dir.join("lexical.json");
-    std::fs::write(&lexical, r#"{"semanticSearch": false}"#).unwrap();
+    // An empty server list: the built-in server, with these settings.
+    std::fs::write(&lexical, r#"{"mcpServers": {}, "semanticSearch": false}"#).unwrap();
     let broken = dir.join("broken.json");
-    std::fs::write(&broken, r#"{"semanticSearch": "yes"}"#).unwrap();
+    std::fs::write(&broken, r#"{"mcpServers": {}, "semanticSearch": "yes"}"#).unwrap();
     let search = |config: &std::path::Path| {
         Command::new(env!("CARGO_BIN_EXE_tether"))
             .arg("--config")
@@ -680,7 +681,7 @@ fn search_finds_a_tool_by_meaning_unless_semantic_search_is_off() {
     };
     // The built-in server: no word of the question is in `subtract`'s name or description.
     let default = dir.join("default.json");
-    std::fs::write(&default, "{}").unwrap();
+    std::fs::write(&default, r#"{"mcpServers": {}}"#).unwrap();
     let output = search(&default);
     assert!(
         output.status.success(),
