@@ -225,6 +225,12 @@ impl BuiltinServer {
             if !opened.starts_with(&self.root) {
                 return Err(escaped());
             }
+            // The secret check before `open` looked at a path that a directory swapped for a
+            // symlink meanwhile could send elsewhere inside the project (to a `.kube` there):
+            // what counts is the file actually opened.
+            if let Some(kind) = secret_kind(&opened) {
+                return Err(secret_refusal(path, kind));
+            }
         }
         #[cfg(all(unix, not(target_os = "linux")))]
         {
@@ -438,6 +444,33 @@ mod tests {
     fn the_names_checked_are_the_tools_listed() {
         let listed: Vec<String> = builtin_tools().into_iter().map(|t| t.name).collect();
         assert_eq!(listed, TOOL_NAMES);
+    }
+
+    /// The secret check holds for the file actually opened, whatever path was checked before
+    /// (a directory swapped for a symlink between the check and the open).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_opened_file_is_checked_for_secrets_not_only_the_path() {
+        let dir = std::env::temp_dir().join(format!("tether-builtin-race-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join(".kube")).unwrap();
+        std::fs::create_dir_all(dir.join("docs")).unwrap();
+        std::fs::write(dir.join(".kube/config"), "token: secret").unwrap();
+        std::fs::write(dir.join("docs/config"), "harmless").unwrap();
+        let root = dir.canonicalize().unwrap();
+        let server = BuiltinServer::new(root.clone());
+        // As if the swap happened after the check of docs/config: the open got .kube/config.
+        let opened = std::fs::File::open(root.join(".kube/config")).unwrap();
+        let refused = server
+            .check_opened(&opened, &root.join("docs/config"), "docs/config")
+            .unwrap_err();
+        assert!(refused.contains("Kubernetes credential"), "{refused}");
+        let harmless = std::fs::File::open(root.join("docs/config")).unwrap();
+        assert!(
+            server
+                .check_opened(&harmless, &root.join("docs/config"), "docs/config")
+                .is_ok()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

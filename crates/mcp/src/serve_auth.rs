@@ -58,18 +58,31 @@ pub struct StaticToken {
     pub allowed_tools: Option<Vec<String>>,
 }
 
+/// The shortest static token accepted: a short token is guessed (SECURITY.md).
+pub const MIN_TOKEN_CHARS: usize = 16;
+
 impl StaticToken {
-    /// Parses a token-file line: `TOKEN [GLOB …]` (whitespace-separated; `#` starts a
-    /// comment). `None` for a blank or comment line.
-    pub fn parse_line(line: &str) -> Option<StaticToken> {
-        let line = line.split('#').next().unwrap_or_default();
-        let mut words = line.split_whitespace();
-        let token = words.next()?.to_string();
+    /// Parses a token-file line: `TOKEN [GLOB …]` (whitespace-separated; a `#` at the start of
+    /// a word starts a comment, so a token may hold `#`). `Ok(None)` for a blank or comment
+    /// line; an error, naming the fix, for a token shorter than [`MIN_TOKEN_CHARS`].
+    pub fn parse_line(line: &str) -> Result<Option<StaticToken>, String> {
+        let mut words = line
+            .split_whitespace()
+            .take_while(|word| !word.starts_with('#'));
+        let Some(token) = words.next() else {
+            return Ok(None);
+        };
+        let length = token.chars().count();
+        if length < MIN_TOKEN_CHARS {
+            return Err(format!(
+                "a token of {length} characters is too easy to guess; use at least {MIN_TOKEN_CHARS} (for example the output of `openssl rand -hex 32`)"
+            ));
+        }
         let globs: Vec<String> = words.map(str::to_string).collect();
-        Some(StaticToken {
-            token,
+        Ok(Some(StaticToken {
+            token: token.to_string(),
             allowed_tools: (!globs.is_empty()).then_some(globs),
-        })
+        }))
     }
 }
 
@@ -579,20 +592,30 @@ mod tests {
     #[tokio::test]
     async fn static_tokens_carry_their_allow_lists() {
         let tokens = [
-            "alpha",
-            "beta time__* everything__get-sum # ci",
+            "alpha-0123456789abcdef",
+            "beta#0123456789abcdef time__* everything__get-sum # ci",
             "# comment",
             "",
         ]
         .iter()
-        .filter_map(|l| StaticToken::parse_line(l))
+        .filter_map(|l| StaticToken::parse_line(l).unwrap())
         .collect::<Vec<_>>();
         assert_eq!(tokens.len(), 2);
+        // A `#` inside a token is part of it; one starting a word starts a comment.
+        assert_eq!(tokens[1].token, "beta#0123456789abcdef");
+        let too_short = StaticToken::parse_line("x").unwrap_err();
+        assert!(too_short.contains("at least 16"), "{too_short}");
         let auth = Authenticator::new(tokens, None);
         assert!(auth.required());
-        let alpha = auth.authenticate(Some("Bearer alpha")).await.unwrap();
+        let alpha = auth
+            .authenticate(Some("Bearer alpha-0123456789abcdef"))
+            .await
+            .unwrap();
         assert_eq!(alpha.allowed_tools, None);
-        let beta = auth.authenticate(Some("Bearer beta")).await.unwrap();
+        let beta = auth
+            .authenticate(Some("Bearer beta#0123456789abcdef"))
+            .await
+            .unwrap();
         assert_eq!(beta.name, "token 2");
         assert!(beta.allows(&["everything__get-sum"]) && !beta.allows(&["everything__echo"]));
         assert!(matches!(

@@ -411,10 +411,17 @@ where
                 request.extensions_mut().insert::<Principal>(principal);
             }
             edge.open_session_id(&mut request).await;
+            let ends_session = request.method() == hyper::Method::DELETE;
             let mut response = match mcp.call(request).await {
                 Ok(response) => response,
                 Err(never) => match never {},
             };
+            // rmcp answers a session's DELETE 202; the official Python SDK client takes
+            // anything but 200 or 204 for a failure and logs it on every close. The session is
+            // ended either way, so 200 says so.
+            if ends_session && response.status() == StatusCode::ACCEPTED {
+                *response.status_mut() = StatusCode::OK;
+            }
             edge.seal_session_id(&mut response);
             edge.metrics.http_request(response.status().as_u16());
             response.map(|inner| {

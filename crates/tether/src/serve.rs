@@ -148,10 +148,20 @@ fn http_options(addr: SocketAddr, args: &ServeArgs) -> Result<HttpOptions, Failu
         let text = std::fs::read_to_string(path).map_err(|e| {
             Failure::usage(format!("--token-file {}: cannot read: {e}", path.display()))
         })?;
-        tokens.extend(text.lines().filter_map(StaticToken::parse_line));
+        for (n, line) in text.lines().enumerate() {
+            let token = StaticToken::parse_line(line).map_err(|why| {
+                Failure::usage(format!("--token-file {}:{}: {why}", path.display(), n + 1))
+            })?;
+            tokens.extend(token);
+        }
     }
     if let Ok(list) = std::env::var("TETHER_SERVE_TOKENS") {
-        tokens.extend(list.split(',').filter_map(StaticToken::parse_line));
+        for (n, item) in list.split(',').enumerate() {
+            let token = StaticToken::parse_line(item).map_err(|why| {
+                Failure::usage(format!("TETHER_SERVE_TOKENS, token {}: {why}", n + 1))
+            })?;
+            tokens.extend(token);
+        }
     }
     let jwt = match (&args.jwks_url, &args.jwt_issuer, &args.jwt_audience) {
         (Some(url), Some(issuer), Some(audience)) => {

@@ -233,6 +233,31 @@ fn a_session_made_on_one_replica_is_served_by_another() {
     );
 }
 
+/// A DELETE of a session: its status line's code.
+fn delete(address: &str, session: &str) -> u16 {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    let request = format!(
+        "DELETE /mcp HTTP/1.1\r\nHost: {address}\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// Ending a session answers 200 (the official Python SDK client logs anything but 200 or 204
+/// as a failed termination, on every close), and the session is gone on the replica that ended
+/// it.
+#[test]
+fn ending_a_session_answers_200_and_ends_it() {
+    let replica = Replica::start(SECRET);
+    let session = initialize(&replica.address);
+    assert_eq!(add(&replica.address, &session, 1, 2).status, 200);
+    assert_eq!(delete(&replica.address, &session), 200);
+    assert_eq!(add(&replica.address, &session, 1, 2).status, 404);
+}
+
 /// HAProxy round-robin in front of `replicas`, with health checks and its statistics page.
 struct LoadBalancer {
     child: Child,
@@ -455,9 +480,9 @@ fn metrics_and_readiness_report_calls_upstream_health_and_need_the_token() {
     let replica = Replica::start_with(
         &format!("builtin={} builtin-server", tether()),
         &[],
-        &[("TETHER_SERVE_TOKENS", "ops-token")],
+        &[("TETHER_SERVE_TOKENS", "ops-token-0123456789")],
     );
-    let auth = [("Authorization", "Bearer ops-token")];
+    let auth = [("Authorization", "Bearer ops-token-0123456789")];
     assert_eq!(get(&replica.address, "/readyz", &[]), (200, "ready".into()));
     assert_eq!(get(&replica.address, "/metrics", &[]).0, 401);
     let session = initialize_with(&replica.address, &auth);

@@ -418,7 +418,10 @@ fn sdk_clients_use_the_gateway_over_streamable_http_in_both_eras() {
 fn http_gateway_refuses_missing_and_wrong_tokens_and_foreign_origins() {
     let gateway = HttpGateway::start(
         &["--tools", "meta"],
-        &[("TETHER_SERVE_TOKENS", "first-token, second-token")],
+        &[(
+            "TETHER_SERVE_TOKENS",
+            "first-token-0123456789, second-token-0123456789",
+        )],
     );
     assert_eq!(gateway.post_initialize(&[]), 401);
     assert_eq!(
@@ -426,12 +429,12 @@ fn http_gateway_refuses_missing_and_wrong_tokens_and_foreign_origins() {
         401
     );
     assert_eq!(
-        gateway.post_initialize(&[("Authorization", "Bearer second-token")]),
+        gateway.post_initialize(&[("Authorization", "Bearer second-token-0123456789")]),
         200
     );
     assert_eq!(
         gateway.post_initialize(&[
-            ("Authorization", "Bearer first-token"),
+            ("Authorization", "Bearer first-token-0123456789"),
             ("Origin", "https://evil.example")
         ]),
         403
@@ -440,7 +443,7 @@ fn http_gateway_refuses_missing_and_wrong_tokens_and_foreign_origins() {
     let mut client = ts_gateway_client();
     client.arg("meta").arg(&gateway.url).env(
         "GATEWAY_HEADERS",
-        r#"{"Authorization": "Bearer first-token"}"#,
+        r#"{"Authorization": "Bearer first-token-0123456789"}"#,
     );
     let report = run_client(client);
     assert_eq!(text(&report, "sum"), "The sum of 4 and 5 is 9.", "{report}");
@@ -450,7 +453,10 @@ fn http_gateway_refuses_missing_and_wrong_tokens_and_foreign_origins() {
 fn a_static_token_sees_and_calls_only_the_tools_it_lists() {
     let gateway = HttpGateway::start(
         &["--tools", "meta"],
-        &[("TETHER_SERVE_TOKENS", "open-token, narrow-token time__*")],
+        &[(
+            "TETHER_SERVE_TOKENS",
+            "open-token-0123456789, narrow-token-0123456789 time__*",
+        )],
     );
     let run = |token: &str| {
         let mut client = ts_gateway_client();
@@ -460,10 +466,10 @@ fn a_static_token_sees_and_calls_only_the_tools_it_lists() {
         );
         run_client(client)
     };
-    let open = run("open-token");
+    let open = run("open-token-0123456789");
     assert_eq!(text(&open, "sum"), "The sum of 4 and 5 is 9.", "{open}");
     // Through mcp_query, the narrow token's client does not even learn the other server.
-    let narrow = run("narrow-token");
+    let narrow = run("narrow-token-0123456789");
     assert_eq!(narrow["sum"]["is_error"], true, "{narrow}");
     assert_eq!(
         text(&narrow, "sum"),
@@ -562,6 +568,50 @@ fn a_non_loopback_gateway_needs_tokens() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("needs authentication") && stderr.contains("--token-file"),
+        "{stderr}"
+    );
+}
+
+/// A guessable static token is refused at start, naming the file, the line and the fix.
+#[test]
+fn a_short_static_token_is_refused_at_start() {
+    let dir = scratch_dir("serve", "short-token");
+    let file = dir.join("tokens");
+    std::fs::write(
+        &file,
+        "# the ops team\nlong-enough-token-0123 time__*\nabc\n",
+    )
+    .unwrap();
+    let mut child = Command::new(tether())
+        .args(["serve", "--http", "127.0.0.1:0", "--token-file"])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A gateway that took the token would serve until killed.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the gateway started with a 3-character token");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        stderr.contains("tokens:3: a token of 3 characters") && stderr.contains("at least 16"),
         "{stderr}"
     );
 }
