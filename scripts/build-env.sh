@@ -150,7 +150,10 @@ tether_lint_env() {
     echo "build: clippy is missing; install it (rustup component add clippy)" >&2
     return 1
   fi
-  export RUSTC_WORKSPACE_WRAPPER="$driver"
+  export TETHER_CLIPPY_DRIVER="$driver"
+  # Through a script of this clone's: see scripts/clippy-driver.sh.
+  export RUSTC_WORKSPACE_WRAPPER
+  RUSTC_WORKSPACE_WRAPPER="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/clippy-driver.sh"
   export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
   # Cargo's intermediate artifacts in one place per user, shared by every clone: a fresh clone
   # (as CI makes) reuses the dependencies, llama.cpp included, compiled by an earlier run, and
