@@ -329,11 +329,11 @@ pub async fn chat(
     let host = Arc::new(host);
     let mut registry = ServerRegistry::start_settling(servers, host.clone()).await;
     for failure in registry.failures() {
-        eprintln!("warning: {failure}");
+        safe_eprintln!("warning: {failure}");
     }
     let (tools, errors) = ToolCatalog::load(&registry).await;
     for error in errors {
-        eprintln!("warning: {error}");
+        safe_eprintln!("warning: {error}");
     }
     // Only a catalogue that will be searched needs the encoder (and its download). The embedded
     // model is not offered `search_tools` and pre-selects lexically: semantic ranking always
@@ -586,7 +586,7 @@ impl Chat<'_> {
         match outcome {
             Ok(outcome) => {
                 match outcome.stopped {
-                    Some(reason) => eprintln!("\n{reason}"),
+                    Some(reason) => safe_eprintln!("\n{reason}"),
                     None => println!(),
                 }
                 if self.interactive {
@@ -599,7 +599,7 @@ impl Chat<'_> {
                 }
             }
             Err(AgentError::Cancelled) => eprintln!("\n(cancelled)"),
-            Err(AgentError::Model(error)) => eprintln!("\nerror: {error}"),
+            Err(AgentError::Model(error)) => safe_eprintln!("\nerror: {error}"),
         }
     }
 
@@ -608,7 +608,7 @@ impl Chat<'_> {
     async fn refresh_tools(&self) {
         if let Some(refresh) = self.tools.refresh(self.registry).await {
             for error in refresh.errors {
-                eprintln!("warning: {error}");
+                safe_eprintln!("warning: {error}");
             }
         }
     }
@@ -644,7 +644,7 @@ impl Chat<'_> {
                         } else {
                             " "
                         };
-                        println!(
+                        safe_println!(
                             " {mark}{}  {}",
                             tool.qualified_name,
                             clip(description.lines().next().unwrap_or_default(), 80)
@@ -681,7 +681,7 @@ impl Chat<'_> {
                             "starting (its tools join when it is ready)".into()
                         }
                     };
-                    println!("  {}: {state}", entry.name());
+                    safe_println!("  {}: {state}", entry.name());
                 }
             }
             "/add" => {
@@ -705,10 +705,10 @@ impl Chat<'_> {
                 };
                 let host: Arc<dyn tether_mcp::HostHandler> = self.host.clone();
                 match config {
-                    Err(error) => eprintln!("error: {error}"),
+                    Err(error) => safe_eprintln!("error: {error}"),
                     Ok(config) => match self.registry.add(config, host).await {
                         Ok(connection) => println!("  {}: connected", connection.name()),
-                        Err(error) => eprintln!("error: {error}"),
+                        Err(error) => safe_eprintln!("error: {error}"),
                     },
                 }
                 self.refresh_tools().await;
@@ -717,7 +717,7 @@ impl Chat<'_> {
                 let name = rest.trim();
                 match self.registry.remove(name).await {
                     Ok(()) => println!("  {name}: stopped; its tools are gone"),
-                    Err(error) => eprintln!("error: {error}"),
+                    Err(error) => safe_eprintln!("error: {error}"),
                 }
                 self.refresh_tools().await;
             }
@@ -730,28 +730,28 @@ impl Chat<'_> {
                     .collect();
                 if chosen.is_empty() {
                     match self.registry.connection(named) {
-                        Err(error) => eprintln!("error: {error}"),
+                        Err(error) => safe_eprintln!("error: {error}"),
                         Ok(_) => println!("no connected servers"),
                     }
                 }
                 for connection in chosen {
                     match connection.reconnect().await {
                         Ok(()) => println!("  {}: reconnected", connection.name()),
-                        Err(error) => println!("  {}: {error}", connection.name()),
+                        Err(error) => safe_println!("  {}: {error}", connection.name()),
                     }
                 }
             }
             "/resources" => {
                 for connection in self.registry.connections() {
                     for resource in connection.list_resources().await.unwrap_or_default() {
-                        println!("  @{}:{}", connection.name(), resource.uri);
+                        safe_println!("  @{}:{}", connection.name(), resource.uri);
                     }
                     for template in connection
                         .list_resource_templates()
                         .await
                         .unwrap_or_default()
                     {
-                        println!(
+                        safe_println!(
                             "  @{}:{} (template)",
                             connection.name(),
                             template.uri_template
@@ -764,7 +764,7 @@ impl Chat<'_> {
                     for prompt in connection.list_prompts().await.unwrap_or_default() {
                         let arguments: Vec<String> =
                             prompt.arguments.iter().map(|a| a.name.clone()).collect();
-                        println!(
+                        safe_println!(
                             "  /prompt {} {} {}",
                             connection.name(),
                             prompt.name,

@@ -20,6 +20,9 @@ macro_rules! eprint {
     }};
 }
 
+// First, so its safe_println!/safe_eprintln! reach every module after it.
+#[macro_use]
+mod render;
 mod arguments;
 mod auth;
 mod chat;
@@ -27,7 +30,6 @@ mod commands;
 mod conformance;
 mod host;
 mod markdown;
-mod render;
 mod run;
 mod semantic;
 mod serve;

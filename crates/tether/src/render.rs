@@ -19,6 +19,14 @@ macro_rules! safe_println {
     };
 }
 
+/// `eprintln!` for text that holds anything a server or a model wrote (a failure quoting a
+/// server's stderr, a provider's error body).
+macro_rules! safe_eprintln {
+    ($($arg:tt)*) => {
+        eprintln!("{}", $crate::render::terminal_safe(&format!($($arg)*)))
+    };
+}
+
 /// `text` without what a terminal would act on instead of showing: escape sequences
 /// (screen clears, clipboard writes through OSC 52, hidden or recoloured text, titles) and
 /// other control characters but newline and tab. A server's description or result, or a

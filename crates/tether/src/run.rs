@@ -820,12 +820,12 @@ pub async fn run(
                 json!({"type": "notice", "message": failure.to_string()})
             );
         } else {
-            eprintln!("warning: {failure}");
+            safe_eprintln!("warning: {failure}");
         }
     }
     let (catalog, errors) = ToolCatalog::load(&registry).await;
     for error in errors {
-        eprintln!("warning: {error}");
+        safe_eprintln!("warning: {error}");
     }
     // Only a catalogue that will be searched needs the encoder (and its download). The embedded
     // model is not offered `search_tools` and pre-selects lexically: semantic ranking always

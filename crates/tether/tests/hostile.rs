@@ -279,6 +279,57 @@ fn escape_sequences_from_a_server_never_reach_the_terminal() {
     }
 }
 
+/// The chat's own listings and its start-up warnings are terminal-safe too: `/tools`,
+/// `/resources` and `/prompts` print what a server wrote, and the warning about a server that
+/// failed to start quotes its stderr.
+#[test]
+fn escape_sequences_from_a_server_never_reach_the_chat() {
+    use std::io::Write;
+    let dir = workdir("escapes-chat");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["--stdio", &misbehaving_stdio("escapes")])
+        .args([
+            "--stdio",
+            &format!("broken={}", misbehaving_stdio("exit-escapes")),
+        ])
+        .args([
+            "chat",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            "http://127.0.0.1:9",
+        ])
+        .current_dir(&dir)
+        .env("TETHER_DATA_DIR", &dir)
+        .env("OPENAI_API_KEY", "unused")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"/tools\n/resources\n/prompts\n").unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    for expected in [
+        "visible",
+        "visible-resource",
+        "visible-template",
+        "visible-prompt",
+    ] {
+        assert!(stdout.contains(expected), "{expected}: {stdout:?} {stderr:?}");
+    }
+    assert!(stderr.contains("visible-stderr"), "{stderr:?}");
+    for (name, printed) in [("stdout", &stdout), ("stderr", &stderr)] {
+        assert!(
+            !printed.contains('\x1b') && !printed.contains('\x07'),
+            "{name}: {printed:?}"
+        );
+    }
+}
+
 #[test]
 fn a_url_the_server_requires_is_shown_with_its_own_exit_code() {
     // -32042: the server needs the user in a browser first. The URL is shown (never
