@@ -319,7 +319,10 @@ fn escape_sequences_from_a_server_never_reach_the_chat() {
         "visible-template",
         "visible-prompt",
     ] {
-        assert!(stdout.contains(expected), "{expected}: {stdout:?} {stderr:?}");
+        assert!(
+            stdout.contains(expected),
+            "{expected}: {stdout:?} {stderr:?}"
+        );
     }
     assert!(stderr.contains("visible-stderr"), "{stderr:?}");
     for (name, printed) in [("stdout", &stdout), ("stderr", &stderr)] {
