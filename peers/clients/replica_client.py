@@ -5,7 +5,9 @@ Usage: replica_client.py MODE URL CALLS
   MODE  legacy (2025-11-25: one session, whose sealed id every replica can serve) or auto
         (2026-07-28: stateless requests)
 Calls builtin__add(a=i, b=1) CALLS times, one after another, checking each answer. A call that
-fails (its replica died under it) is tried again, up to five times. Prints "progress N" after
+fails (its replica died under it) is tried again, up to five times, waiting 0.2 s, then twice as
+long each time (6 s in all: the balancer's health check needs a moment to take the dead replica
+out, longer on a busy machine). Prints "progress N" after
 each answered call, so the test can kill a replica part-way, then one JSON line: answered,
 retried, failed, the protocol version and the errors seen.
 """
@@ -25,10 +27,18 @@ async def main() -> None:
     try:
         await run(mode, url, calls, errors, counts, versions)
     except Exception as error:  # noqa: BLE001 - reported, so the test says what went wrong
-        errors.append(f"the client failed: {type(error).__name__}: {error}")
+        errors.append(f"the client failed: {describe(error)}")
         counts["failed"] = calls - counts["answered"]
     print(json.dumps({**counts, "protocol_version": versions[0] if versions else None,
                       "errors": errors[:10]}), flush=True)
+
+
+def describe(error: BaseException) -> str:
+    """The error, and for an exception group the errors inside it (the SDK raises groups)."""
+    inner = getattr(error, "exceptions", None)
+    if inner:
+        return f"{type(error).__name__}: " + "; ".join(describe(e) for e in inner)
+    return f"{type(error).__name__}: {error}"
 
 
 async def run(mode: str, url: str, calls: int, errors: list, counts: dict, versions: list) -> None:
@@ -49,7 +59,7 @@ async def run(mode: str, url: str, calls: int, errors: list, counts: dict, versi
                 except Exception as error:  # noqa: BLE001 - a dead replica; try again
                     retried += 1
                     errors.append(f"call {i} attempt {attempt}: {type(error).__name__}: {error}")
-                    await asyncio.sleep(0.2)
+                    await asyncio.sleep(0.2 * 2**attempt)
             else:
                 failed += 1
             print(f"progress {i + 1}", flush=True)
