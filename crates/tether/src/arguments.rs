@@ -144,9 +144,24 @@ fn typed_value(key: &str, raw: &str, types: Vec<String>) -> Result<Value, String
         Ok(value) if types.iter().any(|t| matches_type(&value, t)) => Ok(value),
         _ if allows("string") => Ok(Value::String(raw.to_string())),
         _ => Err(format!(
-            "argument {key}: \"{raw}\" is not {}",
-            types.join(" or ")
+            "argument {key}: \"{raw}\" is not {}{}",
+            types.join(" or "),
+            type_hint(key, raw, &types)
         )),
+    }
+}
+
+/// How to write `raw` as the type the schema wants, when that is not obvious: arrays and objects
+/// are JSON, quoted for the shell.
+fn type_hint(key: &str, raw: &str, types: &[String]) -> String {
+    let quoted = |item: &str| Value::String(item.trim().to_string()).to_string();
+    if types.iter().any(|t| t == "array") {
+        let items: Vec<String> = raw.split(',').map(quoted).collect();
+        format!("; write a JSON array: {key}='[{}]'", items.join(", "))
+    } else if types.iter().any(|t| t == "object") {
+        format!("; write a JSON object: {key}='{{\"name\": \"value\"}}'")
+    } else {
+        String::new()
     }
 }
 
@@ -167,6 +182,26 @@ fn matches_type(value: &Value, json_type: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_plain_word_for_an_array_says_how_to_write_one() {
+        let schema = json!({"type": "object", "properties": {
+            "names": {"type": "array"}, "filter": {"type": "object"}}});
+        let said = |raw: &str| {
+            typed_value(
+                raw.split('=').next().unwrap_or_default(),
+                raw.split_once('=').map(|p| p.1).unwrap_or_default(),
+                property_types(&schema, raw.split('=').next().unwrap_or_default()),
+            )
+            .unwrap_err()
+        };
+        assert_eq!(
+            said("names=Carol"),
+            r#"argument names: "Carol" is not array; write a JSON array: names='["Carol"]'"#
+        );
+        assert!(said("names=Carol,Dave").ends_with(r#"names='["Carol", "Dave"]'"#));
+        assert!(said("filter=x").contains(r#"write a JSON object: filter='{"name": "value"}'"#));
+    }
 
     fn words(s: &[&str]) -> Vec<String> {
         s.iter().map(|w| w.to_string()).collect()

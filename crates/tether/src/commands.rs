@@ -74,6 +74,11 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
     let shared: Arc<dyn HostHandler> = Arc::new(host(&servers));
     match command {
         Command::Run { question, model } => {
+            let question = if question == "-" {
+                question_from_stdin()?
+            } else {
+                question
+            };
             let servers = with_builtin(servers)?;
             let host = host(&servers);
             crate::run::run(servers, settings, model, question, json, host, source).await
@@ -311,6 +316,34 @@ async fn batch_command(
         }),
         None => Ok(()),
     }
+}
+
+/// The question of `tether run -`: standard input, whole, up to 1 MiB. Approvals then cannot be
+/// asked at the terminal (its input is the question), so `ask` rules deny as with any pipe.
+fn question_from_stdin() -> Result<String, Failure> {
+    use std::io::Read;
+    const LIMIT: u64 = 1 << 20;
+    let mut question = String::new();
+    std::io::stdin()
+        .take(LIMIT + 1)
+        .read_to_string(&mut question)
+        .map_err(|e| {
+            Failure::usage(format!(
+                "run -: cannot read the question from standard input: {e}"
+            ))
+        })?;
+    if question.len() as u64 > LIMIT {
+        return Err(Failure::usage(
+            "run -: the question on standard input is over 1 MiB; attach large text as a resource instead",
+        ));
+    }
+    let question = question.trim().to_string();
+    if question.is_empty() {
+        return Err(Failure::usage(
+            "run -: standard input was empty; pipe the question in (echo \"What is 2+3?\" | tether run -)",
+        ));
+    }
+    Ok(question)
 }
 
 /// The servers of this run: ad-hoc flags, plus the config file when it is named or when no

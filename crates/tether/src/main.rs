@@ -105,7 +105,7 @@ struct GlobalArgs {
 enum Command {
     /// Answer a question with a model and the servers' tools.
     Run {
-        /// The question.
+        /// The question; `-` reads it from standard input (`git diff | tether run -`).
         question: String,
         #[command(flatten)]
         model: run::ModelArgs,

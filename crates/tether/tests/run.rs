@@ -244,6 +244,57 @@ fn ollama_format_calls_get_sum_and_prints_the_answer() {
     assert_eq!(second[3]["content"], "The sum of 2 and 3 is 5.");
 }
 
+/// `tether run -` reads the question from standard input; an empty input is a one-line error.
+#[test]
+fn run_reads_its_question_from_standard_input() {
+    use std::io::Write;
+    let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("Five.")]);
+    let base = model.base_url();
+    let ask = |input: &[u8]| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args([
+                "run",
+                "--model",
+                "openai:scripted-model",
+                "--base-url",
+                &base,
+                "-",
+            ])
+            .env("NO_COLOR", "1")
+            .env("OPENAI_API_KEY", "test-key")
+            .env_remove("TETHER_MODEL")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let output = ask(b"What is 2+3?\nAnswer in words.\n");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "Five.");
+    let requests = model.requests();
+    let user = messages(&requests[0])
+        .iter()
+        .find(|m| m["role"] == "user")
+        .unwrap();
+    assert_eq!(user["content"], "What is 2+3?\nAnswer in words.");
+
+    let output = ask(b"  \n");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("standard input was empty"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[test]
 fn no_tool_needed_streams_the_answer_and_json_reports_usage() {
     let model = ScriptedModel::start(
