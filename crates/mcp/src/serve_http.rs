@@ -113,9 +113,12 @@ where
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     hosts.push(local.ip().to_string());
     hosts.extend(options.allowed_hosts.iter().cloned());
+    let origins: Vec<String> = own_origins(local.port())
+        .chain(options.allowed_origins.iter().cloned())
+        .collect();
     let mut config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(own_origins(local.port()).chain(options.allowed_origins.clone()))
+        .with_allowed_hosts(hosts.clone())
+        .with_allowed_origins(origins.clone())
         .with_max_request_body_bytes(options.max_body_bytes)
         .with_cancellation_token(hard_stop.child_token())
         .with_sse_keep_alive(Some(Duration::from_secs(15)));
@@ -139,6 +142,8 @@ where
         clients: Mutex::default(),
         in_flight,
         draining: AtomicBool::new(false),
+        hosts,
+        origins,
     });
     loop {
         let (stream, peer) = tokio::select! {
@@ -212,6 +217,54 @@ struct Edge {
     in_flight: watch::Sender<usize>,
     /// Shutdown has begun: `/readyz` says so.
     draining: AtomicBool,
+    /// Host names the endpoint answers to (rmcp checks them on the MCP path; the edge on the
+    /// paths it serves itself).
+    hosts: Vec<String>,
+    /// Browser origins accepted, the endpoint's own included.
+    origins: Vec<String>,
+}
+
+impl Edge {
+    /// 403 for a request whose `Host` is not one of ours or whose `Origin` is foreign: a page a
+    /// DNS-rebinding attack points at this port must not read `/metrics` (server and tool names,
+    /// clients) any more than call a tool, token or not.
+    fn rebinding_refusal(&self, request: &Request<Incoming>) -> Option<Response<Body>> {
+        let header = |name| {
+            request
+                .headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap_or_default().to_string())
+        };
+        if let Some(host) = header(hyper::header::HOST) {
+            let name = match host.strip_prefix('[') {
+                Some(rest) => rest.split(']').next().unwrap_or_default().to_string(),
+                None => host.split(':').next().unwrap_or_default().to_string(),
+            };
+            if !self
+                .hosts
+                .iter()
+                .any(|allowed| allowed.eq_ignore_ascii_case(&name))
+            {
+                return Some(plain(
+                    StatusCode::FORBIDDEN,
+                    &format!(
+                        "Host \"{host}\" is not this gateway's; add it with --allow-host if it is"
+                    ),
+                ));
+            }
+        }
+        if let Some(origin) = header(hyper::header::ORIGIN)
+            && !self.origins.iter().any(|allowed| allowed == &origin)
+        {
+            return Some(plain(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "Origin \"{origin}\" is not allowed; add it with --allow-origin if it should be"
+                ),
+            ));
+        }
+        None
+    }
 }
 
 /// Keeps one request counted as in flight (and its client's permit) until its response body,
@@ -376,6 +429,9 @@ where
         }
         // Metrics name servers and tools, so they need a credential where requests do.
         "/metrics" => {
+            if let Some(refusal) = edge.rebinding_refusal(&request) {
+                return refusal;
+            }
             if let Err(refusal) = authenticate(edge, &request, peer).await {
                 return refusal;
             }

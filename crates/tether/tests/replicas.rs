@@ -258,6 +258,36 @@ fn ending_a_session_answers_200_and_ends_it() {
     assert_eq!(add(&replica.address, &session, 1, 2).status, 404);
 }
 
+/// `/metrics` is held to the Host and Origin checks of the MCP path even on a token-less
+/// loopback gateway: a DNS-rebinding page (a foreign Host, or a foreign Origin) cannot read it.
+#[test]
+fn metrics_refuse_a_foreign_host_or_origin() {
+    let replica = Replica::start(SECRET);
+    let status = |host: &str, origin: Option<&str>| -> u16 {
+        let mut stream = TcpStream::connect(&replica.address).unwrap();
+        stream.set_read_timeout(Some(DEADLINE)).unwrap();
+        let mut request = format!("GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+        if let Some(origin) = origin {
+            request.push_str(&format!("Origin: {origin}\r\n"));
+        }
+        request.push_str("\r\n");
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    let own = replica.address.clone();
+    assert_eq!(status(&own, None), 200);
+    assert_eq!(status(&format!("localhost:{}", replica.port()), None), 200);
+    assert_eq!(status(&own, Some(&format!("http://{own}"))), 200);
+    assert_eq!(status("evil.example", None), 403);
+    assert_eq!(
+        status(&format!("evil.example:{}", replica.port()), None),
+        403
+    );
+    assert_eq!(status(&own, Some("http://evil.example")), 403);
+}
+
 /// HAProxy round-robin in front of `replicas`, with health checks and its statistics page.
 struct LoadBalancer {
     child: Child,
