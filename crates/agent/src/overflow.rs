@@ -44,6 +44,7 @@ pub fn any_saved(conversation: &[Message]) -> bool {
 pub fn save(dir: &Path, text: &str, max_chars: usize) -> Option<String> {
     use std::io::Write;
     tether_mcp::private_files::private_dir(dir).ok()?;
+    prune(dir, KEEP_RESULTS_FOR);
     let (mut file, path) = tether_mcp::private_files::create_unique(dir, "result", "txt").ok()?;
     file.write_all(text.as_bytes()).ok()?;
     let name = path.file_name()?.to_string_lossy().into_owned();
@@ -53,6 +54,35 @@ pub fn save(dir: &Path, text: &str, max_chars: usize) -> Option<String> {
         "{shown}\n{MARK} {total} characters; the first {max_chars} are shown. The whole result is saved as {}; call {READ_RESULT_TOOL} with {{\"file\": \"{name}\", \"offset\": {max_chars}}} to read on]",
         path.display()
     ))
+}
+
+/// How long a saved result is kept: long enough to resume a recent conversation and read on,
+/// not forever (they hold whatever tools returned).
+const KEEP_RESULTS_FOR: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 60 * 60);
+
+/// Deletes the saved results in `dir` last written more than `age` ago; only files named as
+/// ours (`result-….txt`), and silently: a result that cannot be removed is tried next time.
+fn prune(dir: &Path, age: std::time::Duration) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("result-") && name.ends_with(".txt")) {
+            continue;
+        }
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|modified| now.duration_since(modified).ok())
+            .is_some_and(|elapsed| elapsed > age);
+        if old {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Answers a `read_result` call: up to `max_chars` characters of a saved result from the
@@ -99,6 +129,28 @@ pub fn read(dir: &Path, arguments: &Value, max_chars: usize) -> Result<String, S
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn saving_a_result_prunes_results_older_than_30_days() {
+        let dir = std::env::temp_dir().join(format!("tether-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let aged = |name: &str, days: u64| {
+            let path = dir.join(name);
+            let file = std::fs::File::create(&path).unwrap();
+            let then =
+                std::time::SystemTime::now() - std::time::Duration::from_secs(days * 24 * 60 * 60);
+            file.set_modified(then).unwrap();
+            path
+        };
+        let stale = aged("result-old.txt", 31);
+        let recent = aged("result-recent.txt", 29);
+        let not_ours = aged("notes.txt", 365);
+        assert!(save(&dir, &"x".repeat(50), 10).is_some());
+        assert!(!stale.exists(), "a result older than 30 days is removed");
+        assert!(recent.exists() && not_ours.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_cut_result_is_saved_and_read_page_by_page() {
