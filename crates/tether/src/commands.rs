@@ -2,6 +2,7 @@
 //! `render`, and shuts the servers down before returning.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::join_all;
 use serde_json::{Map, Value, json};
@@ -64,6 +65,8 @@ fn roots(
 /// Runs one command to completion.
 pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
     let (servers, settings, source) = server_configs(&global)?;
+    // The built-in server is added later, where a command needs it; --timeout holds for it too.
+    let timeout = cli_timeout(&global)?;
     let json = global.json;
     let roots = roots(&global, &settings, source.as_deref())?;
     let log_level = LOG_LEVELS
@@ -79,12 +82,12 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
             } else {
                 question
             };
-            let servers = with_builtin(servers)?;
+            let servers = with_builtin(servers, timeout)?;
             let host = host(&servers);
             crate::run::run(servers, settings, model, question, json, host, source).await
         }
         Command::Chat { model, resume } => {
-            let servers = with_builtin(servers)?;
+            let servers = with_builtin(servers, timeout)?;
             let host = host(&servers);
             let resume = resume.map(|id| Some(id).filter(|id| !id.is_empty()));
             crate::chat::chat(servers, settings, model, host, resume, source).await
@@ -95,7 +98,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
         }
         Command::Model { action } => crate::run::model_command(&action).await,
         Command::Serve { args } => {
-            let servers = with_builtin(servers)?;
+            let servers = with_builtin(servers, timeout)?;
             crate::serve::serve(servers, &settings, args).await
         }
         Command::BuiltinServer => {
@@ -109,17 +112,25 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
         Command::ConformanceClient { url } => crate::conformance::run(url).await,
         Command::Auth { action } => crate::auth::command(&servers, action, json).await,
         Command::Servers if servers.is_empty() => {
-            servers_command(&builtin_when_unconfigured(true)?, json, shared).await
+            servers_command(&builtin_when_unconfigured(true, timeout)?, json, shared).await
         }
         Command::Servers => servers_command(&servers, json, shared).await,
         Command::Pins { action } => pins_command(&servers, action, json, shared).await,
         Command::Completions { .. } => Ok(()),
         Command::Batch { file } => {
-            batch_command(&servers, &settings, &file, json, global.strict, &shared).await
+            batch_command(
+                &servers,
+                &settings,
+                &file,
+                (json, global.strict),
+                timeout,
+                &shared,
+            )
+            .await
         }
         tester => {
             let only = tester_server(&tester).map(str::to_string);
-            let registry = start(&servers, only.as_deref(), &shared).await?;
+            let registry = start(&servers, only.as_deref(), &shared, timeout).await?;
             let outcome = tester_command(&registry, &settings, tester, json).await;
             registry.shutdown().await;
             outcome
@@ -237,8 +248,8 @@ async fn batch_command(
     servers: &[ServerConfig],
     settings: &Map<String, Value>,
     file: &std::path::Path,
-    json: bool,
-    strict: bool,
+    (json, strict): (bool, bool),
+    timeout: Option<Duration>,
     host: &Arc<dyn HostHandler>,
 ) -> Result<(), Failure> {
     let label = file.display().to_string();
@@ -289,7 +300,7 @@ async fn batch_command(
         }
         commands.push((place, line.to_string(), parsed.global.json || json, command));
     }
-    let registry = start(servers, None, host).await?;
+    let registry = start(servers, None, host, timeout).await?;
     let mut first_failure: Option<u8> = None;
     for (place, line, json, command) in commands {
         if !json {
@@ -384,13 +395,7 @@ fn server_configs(global: &GlobalArgs) -> Result<Loaded, Failure> {
     } else {
         (Vec::new(), serde_json::Map::new(), None)
     };
-    let timeout = match global.timeout {
-        Some(secs) => Some(
-            tether_mcp::config::duration_from_seconds(secs)
-                .map_err(|why| Failure::usage(format!("--timeout {secs:e}: {why}")))?,
-        ),
-        None => None,
-    };
+    let timeout = cli_timeout(global)?;
     let names =
         |servers: &[ServerConfig]| servers.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
     for line in &global.stdio {
@@ -410,9 +415,23 @@ fn server_configs(global: &GlobalArgs) -> Result<Loaded, Failure> {
     Ok((servers, settings, source))
 }
 
+/// `--timeout`, checked: every server's request and start-up limit, the built-in server's too.
+fn cli_timeout(global: &GlobalArgs) -> Result<Option<Duration>, Failure> {
+    global
+        .timeout
+        .map(|secs| {
+            tether_mcp::config::duration_from_seconds(secs)
+                .map_err(|why| Failure::usage(format!("--timeout {secs:e}: {why}")))
+        })
+        .transpose()
+}
+
 /// With no servers configured, `run` and `chat` get the built-in tools, spoken to over MCP
 /// like any other server.
-fn with_builtin(mut servers: Vec<ServerConfig>) -> Result<Vec<ServerConfig>, Failure> {
+fn with_builtin(
+    mut servers: Vec<ServerConfig>,
+    timeout: Option<Duration>,
+) -> Result<Vec<ServerConfig>, Failure> {
     if servers.is_empty() {
         let exe = std::env::current_exe().map_err(|e| {
             Failure::usage(format!(
@@ -426,6 +445,10 @@ fn with_builtin(mut servers: Vec<ServerConfig>) -> Result<Vec<ServerConfig>, Fai
         );
         // Our own server: its read-only hints are ours, not a stranger's claims.
         builtin.trust_hints = true;
+        if let Some(limit) = timeout {
+            builtin.timeout = limit;
+            builtin.startup_timeout = limit;
+        }
         servers.push(builtin);
     }
     Ok(servers)
@@ -433,13 +456,16 @@ fn with_builtin(mut servers: Vec<ServerConfig>) -> Result<Vec<ServerConfig>, Fai
 
 /// The built-in server, for a tester command run where no servers are configured; `say` tells
 /// the user so (not when they named `builtin` themselves).
-fn builtin_when_unconfigured(say: bool) -> Result<Vec<ServerConfig>, Failure> {
+fn builtin_when_unconfigured(
+    say: bool,
+    timeout: Option<Duration>,
+) -> Result<Vec<ServerConfig>, Failure> {
     if say {
         eprintln!(
             "note: no MCP servers configured, so this is the built-in server `run` and `chat` use here; pass --stdio \"COMMAND ARGS\" or --url URL, or write .tether.json (see README), to test your own"
         );
     }
-    with_builtin(Vec::new())
+    with_builtin(Vec::new(), timeout)
 }
 
 /// Starts one named server, or all of them.
@@ -447,12 +473,13 @@ async fn start(
     servers: &[ServerConfig],
     only: Option<&str>,
     host: &Arc<dyn HostHandler>,
+    timeout: Option<Duration>,
 ) -> Result<ServerRegistry, Failure> {
     // With nothing configured the tester sees what `run` and `chat` would use: the built-in
     // tools.
     let builtin;
     let servers = if servers.is_empty() {
-        builtin = builtin_when_unconfigured(only.is_none())?;
+        builtin = builtin_when_unconfigured(only.is_none(), timeout)?;
         &builtin[..]
     } else {
         servers

@@ -1137,6 +1137,23 @@ fn a_closed_standard_error_does_not_panic() {
     assert_eq!(stdout.lines().collect::<Vec<_>>(), ["5", "9"], "{stdout}");
 }
 
+/// `--timeout` holds for the built-in server too (it was added after the limit was applied to
+/// the configured servers, so a slow built-in tool ran on under `--timeout 1`).
+#[test]
+fn the_timeout_flag_reaches_the_built_in_server() {
+    let run = tether(&["--timeout", "0.001", "tools"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("server \"builtin\": startup timed out after 1ms"),
+        "{}",
+        run.stderr
+    );
+    let run = tether(&["--timeout", "20", "tools"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("builtin__add"), "{}", run.stdout);
+}
+
 #[test]
 fn batch_runs_tester_commands_against_servers_started_once() {
     // server-memory keeps its graph in the process: a later line sees what an earlier one
