@@ -653,6 +653,8 @@ async fn relay_notices(
             // Clients hear about it as a warning, then as a tool change: the new process may
             // offer other tools.
             ServerNotice::Restarted { restarts, reason } => {
+                // The operator's log too, not only the clients': a crash loop shows here.
+                tracing::warn!(server = %server, restarts, "server \"{server}\" restarted: {reason}");
                 let _ = gateway.changes.send(ServiceChange::Log {
                     level: "warning".into(),
                     logger: Some(server.clone()),

@@ -123,6 +123,17 @@ pub fn everything_stdio() -> String {
 /// stderr once its servers are up (`tether serve: listening on URL`). Its stderr keeps being
 /// drained afterwards, so a chatty gateway never blocks on a full pipe.
 pub fn spawn_http_gateway(command: &mut Command) -> (Child, String) {
+    let (child, url, _log) = spawn_http_gateway_logged(command);
+    (child, url)
+}
+
+/// [`spawn_http_gateway`], keeping every line the gateway writes to stderr (its log) in the
+/// returned list as it arrives.
+pub fn spawn_http_gateway_logged(
+    command: &mut Command,
+) -> (Child, String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = log.clone();
     let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -136,12 +147,15 @@ pub fn spawn_http_gateway(command: &mut Command) -> (Child, String) {
             if let Some(url) = line.strip_prefix("tether serve: listening on ") {
                 let _ = sender.send(url.to_string());
             }
+            if let Ok(mut lines) = kept.lock() {
+                lines.push(line);
+            }
         }
     });
     let url = receiver
         .recv_timeout(Duration::from_secs(180))
         .expect("the gateway announces its address");
-    (child, url)
+    (child, url, log)
 }
 
 /// `--stdio` command line for `mcp-server-sqlite` (legacy era, mcp 1.30.0) on the database

@@ -258,6 +258,55 @@ fn ending_a_session_answers_200_and_ends_it() {
     assert_eq!(add(&replica.address, &session, 1, 2).status, 404);
 }
 
+/// An upstream that crashes and is started again is in the gateway's own log, not only in the
+/// warning its clients hear.
+#[test]
+fn an_upstream_restart_is_logged() {
+    let dir = scratch_dir("replicas", "restart-log");
+    let crashed = dir.join("crashed");
+    let upstream = format!("crashy={}", test_support::misbehaving_stdio("crash-once"));
+    let (mut child, url, log) = test_support::spawn_http_gateway_logged(
+        Command::new(tether())
+            .args(["serve", "--http", "127.0.0.1:0", "--stdio", &upstream])
+            .env("CRASHED", &crashed),
+    );
+    let address = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let session = initialize(&address);
+    let boom = || {
+        post(
+            &address,
+            &json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                "params": {"name": "crashy__boom", "arguments": {}}}),
+            Some(&session),
+        )
+    };
+    // The first call dies with the process; the next one starts it again and is answered.
+    let _ = boom();
+    let answer = boom();
+    assert_eq!(answer.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let logged = loop {
+        let lines = log.lock().unwrap().clone();
+        if let Some(line) = lines.iter().find(|l| l.contains("restarted")) {
+            break line.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no restart in the log: {lines:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        logged.contains("crashy") && logged.contains("WARN"),
+        "{logged}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// `/metrics` is held to the Host and Origin checks of the MCP path even on a token-less
 /// loopback gateway: a DNS-rebinding page (a foreign Host, or a foreign Origin) cannot read it.
 #[test]
