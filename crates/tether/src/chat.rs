@@ -889,6 +889,16 @@ impl Chat<'_> {
                 if rest.is_empty() {
                     return Err("/export FILE.md or FILE.json".into());
                 }
+                // The name says the format; any other name would get Markdown it did not ask for.
+                let json = match path.extension().and_then(|e| e.to_str()) {
+                    Some("json") => true,
+                    Some("md" | "markdown") => false,
+                    _ => {
+                        return Err(format!(
+                            "/export {rest}: name a .md file (Markdown) or a .json file (the session's messages)"
+                        ));
+                    }
+                };
                 // The session file holds what the export needs (start time, finished turns,
                 // name); it is written line by line, so it is up to date. The conversation
                 // in memory is what the user sees now (after /clear or /compact).
@@ -903,7 +913,7 @@ impl Chat<'_> {
                     usage: self.usage,
                     ..saved.unwrap_or_default()
                 };
-                let text = if rest.ends_with(".json") {
+                let text = if json {
                     serde_json::to_string_pretty(&session::to_json(&loaded))
                         .map_err(|e| e.to_string())?
                 } else {

@@ -564,6 +564,11 @@ fn slash_commands_in_a_terminal() {
         "{exported}"
     );
     assert!(exported["turns"].as_u64().unwrap() >= 2, "{exported}");
+    // Any other name is refused, not written as Markdown it did not ask for.
+    terminal.type_text("/export talk.txt");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("/export talk.txt: name a .md file (Markdown) or a .json file");
+    assert!(!dir.join("talk.txt").exists());
     terminal.type_text("/model nowhere:thing");
     terminal.press(&["Enter"]);
     terminal.wait_for("error: --model \"nowhere:thing\"");
