@@ -265,11 +265,16 @@ fn an_upstream_restart_is_logged() {
     let dir = scratch_dir("replicas", "restart-log");
     let crashed = dir.join("crashed");
     let upstream = format!("crashy={}", test_support::misbehaving_stdio("crash-once"));
-    let (mut child, url, log) = test_support::spawn_http_gateway_logged(
+    let (child, url, log) = test_support::spawn_http_gateway_logged(
         Command::new(tether())
             .args(["serve", "--http", "127.0.0.1:0", "--stdio", &upstream])
             .env("CRASHED", &crashed),
     );
+    // Killed however the test ends, a failed assertion included.
+    let _gateway = Replica {
+        child,
+        address: String::new(),
+    };
     let address = url
         .trim_start_matches("http://")
         .trim_end_matches("/mcp")
@@ -303,8 +308,6 @@ fn an_upstream_restart_is_logged() {
         logged.contains("crashy") && logged.contains("WARN"),
         "{logged}"
     );
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// `/metrics` is held to the Host and Origin checks of the MCP path even on a token-less
