@@ -61,7 +61,7 @@ tether_find_libclang() {
   return 1
 }
 
-# Kept for callers of the old name: whether the build would find libclang.
+# Whether the build would find libclang (the detection the build environment and its test use).
 tether_has_libclang() {
   tether_find_libclang >/dev/null
 }

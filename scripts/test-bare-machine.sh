@@ -81,14 +81,22 @@ if [ -f "$stamp" ] && [ "${TETHER_BARE_MACHINE:-}" != force ]; then
 fi
 echo "bare machine: running (key $key: $([ -f "$stamp" ] && echo forced || echo "never passed on this machine with these inputs"))"
 
+# first_command VARIANT SECONDS: the README's first command in a fresh copy of the variant's
+# root, from an empty directory; its output in $work/VARIANT.out and .err, its exit in $status.
+first_command() {
+  local variant="$1" seconds="$2"
+  bare_unpack "$variant" "$work/$variant"
+  set +e
+  bare_run "$seconds" "$work/$variant" "$root" "$clone && bash /root/tether/scripts/tether.sh run '$question'" \
+    >"$work/$variant.out" 2>"$work/$variant.err"
+  status=$?
+  set -e
+  rm -rf --one-file-system "${work:?}/$variant"
+}
+
 # The minimal root: no pip, venv or make. The command must say what to install, before compiling.
 started=$SECONDS
-bare_unpack minimal "$work/minimal"
-set +e
-bare_run 600 "$work/minimal" "$root" "$clone && bash /root/tether/scripts/tether.sh run '$question'" \
-  >"$work/minimal.out" 2>"$work/minimal.err"
-status=$?
-set -e
+first_command minimal 600
 expected="build: missing make python3-pip; install and run again (Debian/Ubuntu: apt-get install make python3-pip)"
 if [ "$status" -eq 0 ] || ! grep -qF "$expected" "$work/minimal.err" || grep -q "Compiling" "$work/minimal.err"; then
   echo "bare machine: in the minimal root (no pip, venv, make) the first command should stop before compiling with: $expected" >&2
@@ -98,16 +106,10 @@ if [ "$status" -eq 0 ] || ! grep -qF "$expected" "$work/minimal.err" || grep -q 
 fi
 minimal_time=$((SECONDS - started))
 echo "bare machine: minimal root: the first command named what to install and stopped (exit $status) in $minimal_time s"
-rm -rf --one-file-system "$work/minimal"
 
 # The standard root: the README's first command, from an empty directory, cold.
 started=$SECONDS
-bare_unpack standard "$work/standard"
-set +e
-bare_run 3000 "$work/standard" "$root" "$clone && bash /root/tether/scripts/tether.sh run '$question'" \
-  >"$work/standard.out" 2>"$work/standard.err"
-status=$?
-set -e
+first_command standard 3000
 answer="$(cat "$work/standard.out")"
 if [ "$status" -ne 0 ] || ! grep -q "builtin__add" "$work/standard.err" || ! grep -q "30" <<<"$answer"; then
   echo "bare machine: the README's first command failed in the standard root (exit $status); stdout: $answer" >&2

@@ -389,13 +389,11 @@ impl Config {
             })?;
 
         let declares_servers = raw.mcp_servers.is_some();
-        if !declares_servers {
-            misplaced_servers_key(&raw.other).map_or(Ok(()), |message| {
-                Err(McpError::Config {
-                    place: format!("{file} ({})", line_of_key(text, message.0)),
-                    message: message.1,
-                })
-            })?;
+        if !declares_servers && let Some((key, message)) = misplaced_servers_key(&raw.other) {
+            return Err(McpError::Config {
+                place: format!("{file} ({})", line_of_key(text, key)),
+                message,
+            });
         }
         let mut config = Config {
             source: Some(path.to_path_buf()),

@@ -260,6 +260,25 @@ impl ServerConnection {
     }
 }
 
+/// One Streamable HTTP handshake over `client` (plain, or signing requests in), its SSE data
+/// read through the task-field rewrite as every reader does.
+async fn serve_streamable<C>(
+    client: C,
+    config: StreamableHttpClientTransportConfig,
+    tap: &NotificationTap,
+    session: ClientSession,
+    lifecycle: ClientLifecycleMode,
+) -> Result<RunningService<RoleClient, ClientSession>, rmcp::service::ClientInitializeError>
+where
+    C: rmcp::transport::streamable_http_client::StreamableHttpClient + Send + Sync + 'static,
+{
+    let client = crate::legacy_fields::KeepTaskFields(client);
+    let transport = StreamableHttpClientTransport::with_client(client, config);
+    session
+        .serve_with_lifecycle(tapped(transport, tap), lifecycle)
+        .await
+}
+
 /// The HTTP client of a Streamable HTTP connection, as rmcp's own default builds it: no idle
 /// pooling (a reused connection whose last body was not read to the end stalls ~40 ms on
 /// delayed ACKs) and only same-origin 307/308 redirects, at most 10.
@@ -461,30 +480,16 @@ async fn open_session(
                 AuthClient::new(reqwest::Client::default(), manager)
             });
             let serve = |session: ClientSession, lifecycle: ClientLifecycleMode| {
-                let transport_config = transport_config.clone();
+                let config = transport_config.clone();
                 let auth_client = auth_client.clone();
                 let tap = tap.clone();
                 async move {
                     match auth_client {
                         Some(client) => {
-                            let client = crate::legacy_fields::KeepTaskFields(client);
-                            let transport = StreamableHttpClientTransport::with_client(
-                                client,
-                                transport_config,
-                            );
-                            session
-                                .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
-                                .await
+                            serve_streamable(client, config, &tap, session, lifecycle).await
                         }
                         None => {
-                            let client = crate::legacy_fields::KeepTaskFields(http_client());
-                            let transport = StreamableHttpClientTransport::with_client(
-                                client,
-                                transport_config,
-                            );
-                            session
-                                .serve_with_lifecycle(tapped(transport, &tap), lifecycle)
-                                .await
+                            serve_streamable(http_client(), config, &tap, session, lifecycle).await
                         }
                     }
                 }
