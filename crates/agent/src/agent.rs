@@ -27,6 +27,7 @@ use tether_protocol::{QualifiedTool, ToolResult};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use crate::events::{AgentEvent, StopReason, ToolKind};
 use crate::overflow;
 use crate::prompt_mode::{parse_tool_calls, render_history, tools_prompt};
 use crate::results::{DEFAULT_MAX_RESULT_CHARS, result_text, truncate};
@@ -88,109 +89,6 @@ impl Default for AgentOptions {
     }
 }
 
-/// What the loop reports as it goes; front ends render these.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum AgentEvent {
-    /// More answer text.
-    TextDelta {
-        /// The text.
-        text: String,
-    },
-    /// A tool call is about to run (after checks and approval).
-    ToolCallStarted {
-        /// Call id.
-        id: String,
-        /// Qualified tool name.
-        name: String,
-        /// Arguments as parsed.
-        arguments: Value,
-    },
-    /// A tool call finished or was refused.
-    ToolCallFinished {
-        /// Call id.
-        id: String,
-        /// Qualified tool name.
-        name: String,
-        /// Whether it failed.
-        is_error: bool,
-        /// What the model was told (truncated for display by front ends).
-        result: String,
-        /// Wall time of the call.
-        duration_ms: u64,
-    },
-    /// A server reported progress on a running call.
-    ToolProgress {
-        /// Call id.
-        id: String,
-        /// Qualified tool name.
-        name: String,
-        /// Progress so far.
-        progress: f64,
-        /// The total, when known.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        total: Option<f64>,
-        /// What the server is doing.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        message: Option<String>,
-        /// For a call the server runs as a task: the task and its status.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        task: Option<tether_mcp::TaskState>,
-    },
-    /// The user is being asked to approve a call.
-    ApprovalRequested {
-        /// Call id.
-        id: String,
-        /// Qualified tool name.
-        name: String,
-        /// Arguments.
-        arguments: Value,
-    },
-    /// Token counts of one model call.
-    Usage {
-        /// Counts.
-        usage: Usage,
-    },
-    /// A message was added to the conversation (for front ends that save it as it happens).
-    MessageAdded {
-        /// The message.
-        message: Message,
-    },
-    /// Tools were loaded into the conversation (search mode): pre-selected for the user's
-    /// message, or found by the model's `search_tools` call.
-    ToolsLoaded {
-        /// Qualified names, in load order.
-        names: Vec<String>,
-        /// `"preselected"` or `"search"`.
-        reason: String,
-        /// The search query, for searches.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        query: Option<String>,
-    },
-    /// Something the user should know (a retry, a mode switch).
-    Notice {
-        /// One line.
-        message: String,
-    },
-    /// A server went away and was started again (front ends raise this from the host side;
-    /// the loop itself never does).
-    ServerRestarted {
-        /// Its config name.
-        server: String,
-        /// Restarts of this server so far in this run.
-        restarts: u32,
-        /// Why the previous session ended.
-        reason: String,
-    },
-}
-
-impl AgentEvent {
-    /// The one line a terminal shows for a restart.
-    pub fn restart_line(server: &str, restarts: u32, reason: &str) -> String {
-        format!("server \"{server}\" restarted (restart {restarts}) after {reason}")
-    }
-}
-
 /// A call waiting for the user's approval.
 #[derive(Debug, Clone)]
 pub struct ApprovalRequest {
@@ -234,6 +132,8 @@ pub struct TurnOutcome {
     pub usage: Usage,
     /// Why the loop stopped early, if it did.
     pub stopped: Option<String>,
+    /// Why the turn ended.
+    pub reason: StopReason,
 }
 
 /// Why a turn failed.
@@ -517,11 +417,21 @@ impl<'a> Agent<'a> {
                     Message::assistant(response.text.clone()),
                     events,
                 );
+                let reason = match &response.stop_reason {
+                    tether_llm::StopReason::MaxTokens => StopReason::MaxTokens,
+                    tether_llm::StopReason::Other(why)
+                        if why.contains("refusal") || why.contains("content_filter") =>
+                    {
+                        StopReason::Refusal
+                    }
+                    _ => StopReason::EndTurn,
+                };
                 return Ok(TurnOutcome {
                     text: response.text,
                     steps: step,
                     usage,
                     stopped: None,
+                    reason,
                 });
             }
             record(
@@ -533,7 +443,12 @@ impl<'a> Agent<'a> {
                 events,
             );
 
-            let checked = self.check_calls(&snapshot, calls, events).await;
+            // A person may be asked about a call here: an interrupt must not wait for them.
+            let checked = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(AgentError::Cancelled),
+                checked = self.check_calls(&snapshot, calls, events) => checked,
+            };
             let results = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(AgentError::Cancelled),
@@ -567,6 +482,7 @@ impl<'a> Agent<'a> {
                     steps: step,
                     usage,
                     stopped: Some(reason),
+                    reason: StopReason::RepeatedFailure,
                 });
             }
         }
@@ -579,6 +495,7 @@ impl<'a> Agent<'a> {
             steps: step,
             usage,
             stopped: Some(reason),
+            reason: StopReason::MaxSteps,
         })
     }
 
@@ -685,6 +602,19 @@ impl<'a> Agent<'a> {
         call: ToolCall,
         events: &UnboundedSender<AgentEvent>,
     ) -> Checked {
+        let known_tool = snapshot.resolve(&call.name);
+        let _ = events.send(AgentEvent::ToolCallPending {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            title: known_tool
+                .map(crate::events::tool_title)
+                .unwrap_or_else(|| call.name.clone()),
+            kind: known_tool.map_or_else(
+                || ToolKind::from_parts(&call.name, &Default::default()),
+                ToolKind::of,
+            ),
+            arguments: serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
+        });
         if call.name == overflow::READ_RESULT_TOOL
             && let Some(dir) = &self.options.saved_results
         {
@@ -808,11 +738,6 @@ impl<'a> Agent<'a> {
                     tool: tool.clone(),
                     arguments: arguments.clone(),
                 };
-                let _ = events.send(AgentEvent::ApprovalRequested {
-                    id: call.id.clone(),
-                    name: tool.qualified_name.clone(),
-                    arguments: arguments.clone(),
-                });
                 if self.approver.approve(&request).await {
                     Checked::Run {
                         call,
@@ -837,6 +762,8 @@ impl<'a> Agent<'a> {
         let started = Instant::now();
         // Events name the tool that runs: for `mcp_query`, the server's tool behind it.
         let mut shown = None;
+        let mut content = Vec::new();
+        let mut structured_content = None;
         let (call, text, images, is_error) = match checked {
             Checked::Refused { call, message } => {
                 (call, format!("Error: {message}"), Vec::new(), true)
@@ -894,6 +821,8 @@ impl<'a> Agent<'a> {
                 match outcome {
                     Ok(result) => {
                         let (text, images) = self.model_view(&result);
+                        content = result.content;
+                        structured_content = result.structured_content;
                         (call, text, images, result.is_error)
                     }
                     Err(error) => (
@@ -910,6 +839,8 @@ impl<'a> Agent<'a> {
             name: shown.unwrap_or_else(|| call.name.clone()),
             is_error,
             result: text.clone(),
+            content,
+            structured_content,
             duration_ms: duration_ms(started.elapsed()),
         });
         let message = Message::Tool {

@@ -6,17 +6,29 @@
 pub mod agent;
 pub mod attachments;
 pub mod context;
+pub mod events;
 pub mod overflow;
 pub mod prompt_mode;
+pub mod questions;
 pub mod results;
 pub mod sampling;
+pub mod session;
 
 pub use agent::{
-    Agent, AgentError, AgentEvent, AgentOptions, ApprovalRequest, Approver, NonInteractive,
-    ToolMode, TurnOutcome,
+    Agent, AgentError, AgentOptions, ApprovalRequest, Approver, NonInteractive, ToolMode,
+    TurnOutcome,
 };
 pub use attachments::{Mention, attach_resources, resource_updates};
+pub use events::{
+    AgentEvent, EVENT_SCHEMA_VERSION, PermissionOption, StopReason, ToolKind, tool_title,
+};
+pub use questions::{
+    Answer, AnswerAction, ModelSlot, PermissionDecision, Questions, SessionApprover, SessionHost,
+};
 pub use sampling::{answer_sampling, describe_sampling};
+pub use session::{
+    InputBlock, ModelSource, Op, Session, SessionHandle, SessionParts, event_channel,
+};
 pub use tether_catalog::{
     ApprovalMode, ApprovalRules, Decision, SelectionMode, SelectionOptions, ToolCatalog,
     ToolSelection, decide, selection_for,

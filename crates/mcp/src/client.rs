@@ -144,7 +144,7 @@ pub struct Progress {
 
 /// Where a task-augmented call stands (MCP 2025-11-25 tasks): the server's task id and its
 /// status (`working`, `input_required`, `completed`, `failed`, `cancelled`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskState {
     /// The id the server gave the task.

@@ -45,6 +45,7 @@ use crate::client::{
 use crate::config::{ServerConfig, Transport};
 use crate::error::{McpError, near_matches};
 use crate::input_rounds::{self, Forwarding, InputRequired, Reply};
+use crate::person_wait::{PauseClock, PausingHost};
 use crate::stdio::StdioProcess;
 
 /// JSON-RPC error code of "URL elicitation required" (MCP 2025-11-25).
@@ -75,6 +76,8 @@ pub struct ServerConnection {
     startup: Duration,
     /// Tools the server runs only as tasks (`execution.taskSupport: required`), as last listed.
     task_tools: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Paused while the host answers this server's questions, which a call's deadline skips.
+    pauses: Arc<PauseClock>,
 }
 
 /// One session with the server: what a restart replaces. Dropping it ends the session and
@@ -198,6 +201,11 @@ impl ServerConnection {
         let started = Instant::now();
         let progress = ProgressRoutes::default();
         let stale = Arc::new(StaleLists::default());
+        let pauses = Arc::new(PauseClock::default());
+        let host: Arc<dyn HostHandler> = Arc::new(PausingHost {
+            inner: host,
+            clock: pauses.clone(),
+        });
         let log_level: Option<rmcp::model::LoggingLevel> = host
             .log_level()
             .and_then(|level| serde_json::from_value(Value::from(level)).ok());
@@ -217,6 +225,7 @@ impl ServerConnection {
             log_level,
             startup: started.elapsed(),
             task_tools: Default::default(),
+            pauses,
         };
         connection.watch_lists(&connection.live().await?);
         Ok(connection)
@@ -851,7 +860,9 @@ impl ServerConnection {
         if let (Some(sender), Ok(mut routes)) = (progress, self.progress.lock()) {
             routes.insert(guard.token.clone(), ProgressRoute { sender, last: None });
         }
-        let Ok(result) = tokio::time::timeout_at(deadline, handle.await_response()).await else {
+        // A question of the server's to a person pauses this deadline (person_wait).
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let Ok(result) = self.pauses.limit(remaining, handle.await_response()).await else {
             guard.reason = format!(
                 "timed out after {} (the client's limit)",
                 crate::error::fmt_duration(self.config.timeout)
@@ -881,8 +892,10 @@ impl ServerConnection {
             // A modern server needs input first: rmcp's helper runs the rounds through our
             // handler and re-issues the call, which MRTR makes safe (the server is stateless).
             ServerResult::InputRequiredResult(_) => {
-                let rounds =
-                    tokio::time::timeout_at(deadline, session.client.call_tool(params.clone()));
+                let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let rounds = self
+                    .pauses
+                    .limit(remaining, session.client.call_tool(params.clone()));
                 Ok(to_value(&rounds.await.map_err(|_| timed_out())??))
             }
             other => Ok(to_value(&other)),

@@ -11,6 +11,7 @@ pub mod error;
 pub mod input_rounds;
 mod legacy_fields;
 pub mod oauth_guard;
+pub mod person_wait;
 pub mod private_files;
 pub mod registry;
 pub mod router;

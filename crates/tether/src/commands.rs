@@ -76,7 +76,16 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
     let host = |servers: &[ServerConfig]| TerminalHost::new(servers, roots.clone(), log_level);
     let shared: Arc<dyn HostHandler> = Arc::new(host(&servers));
     match command {
-        Command::Run { question, model } => {
+        Command::Run {
+            question,
+            model,
+            input,
+        } => {
+            if input.is_some() && question == "-" {
+                return Err(Failure::usage(
+                    "--input jsonl reads ops from standard input, so the question cannot come from there too; give it as an argument",
+                ));
+            }
             let question = if question == "-" {
                 question_from_stdin()?
             } else {
@@ -84,7 +93,18 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
             };
             let servers = with_builtin(servers, timeout)?;
             let host = host(&servers);
-            crate::run::run(servers, settings, model, question, json, host, source).await
+            let ops_from_stdin = input == Some(crate::InputFormat::Jsonl);
+            crate::run::run(
+                servers,
+                settings,
+                model,
+                question,
+                json,
+                ops_from_stdin,
+                host,
+                source,
+            )
+            .await
         }
         Command::Chat { model, resume } => {
             let servers = with_builtin(servers, timeout)?;

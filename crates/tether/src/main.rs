@@ -28,7 +28,9 @@ mod auth;
 mod chat;
 mod commands;
 mod conformance;
+mod engine;
 mod host;
+mod json_run;
 mod markdown;
 mod run;
 mod semantic;
@@ -101,6 +103,13 @@ struct GlobalArgs {
     verbose: u8,
 }
 
+/// `run --input`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum InputFormat {
+    /// One JSON op per line.
+    Jsonl,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Answer a question with a model and the servers' tools.
@@ -109,6 +118,10 @@ enum Command {
         question: String,
         #[command(flatten)]
         model: run::ModelArgs,
+        /// With --json: read ops (decisions on permission requests, answers to forms,
+        /// interrupts) as JSON lines on standard input; see the README's event schema.
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        input: Option<InputFormat>,
     },
     /// A conversation with a model and the servers' tools, saved as it goes.
     Chat {

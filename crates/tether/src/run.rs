@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use tether_agent::results::DEFAULT_MAX_RESULT_CHARS;
 use tether_agent::{
     Agent, AgentError, AgentEvent, AgentOptions, ApprovalMode, ApprovalRequest, ApprovalRules,
-    Approver, NonInteractive, ToolMode, TurnOutcome, attach_resources,
+    Approver, NonInteractive, StopReason, ToolMode, attach_resources,
 };
 use tether_catalog::selection::DEFAULT_CONTEXT_WINDOW;
 use tether_catalog::{SelectionMode, SelectionOptions, ToolCatalog, selection_for};
@@ -689,6 +689,7 @@ impl EventView {
                 is_error,
                 result,
                 duration_ms,
+                ..
             } => {
                 if let Some(mut bar) = self.bars.remove(&id) {
                     bar.finish();
@@ -705,9 +706,20 @@ impl EventView {
                     eprintln!("{line}");
                 }
             }
-            AgentEvent::ApprovalRequested { .. }
-            | AgentEvent::Usage { .. }
-            | AgentEvent::MessageAdded { .. } => {}
+            // The text front ends ask their questions through their own host and approver,
+            // and end their turns themselves; the session's bookkeeping events are not shown.
+            AgentEvent::Usage { .. }
+            | AgentEvent::MessageAdded { .. }
+            | AgentEvent::SessionStarted { .. }
+            | AgentEvent::TurnStarted { .. }
+            | AgentEvent::ThoughtDelta { .. }
+            | AgentEvent::ToolCallPending { .. }
+            | AgentEvent::PermissionRequested { .. }
+            | AgentEvent::ElicitationRequested { .. }
+            | AgentEvent::SamplingRequested { .. }
+            | AgentEvent::TurnEnded { .. }
+            | AgentEvent::OpRejected { .. }
+            | AgentEvent::SessionEnded { .. } => {}
             AgentEvent::ToolsLoaded {
                 names,
                 reason,
@@ -789,16 +801,27 @@ pub(crate) fn model_failure(error: &LlmError) -> Failure {
     }
 }
 
-/// `tether run "question"`.
+/// `tether run "question"`: `--json` runs on the engine's session (json_run.rs); the text
+/// front end drives the loop itself.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     servers: Vec<ServerConfig>,
     settings: Map<String, Value>,
     args: ModelArgs,
     question: String,
     json: bool,
+    ops_from_stdin: bool,
     mut host: TerminalHost,
     config_file: Option<std::path::PathBuf>,
 ) -> Result<(), Failure> {
+    if json {
+        return crate::json_run::run(servers, settings, args, question, host, ops_from_stdin).await;
+    }
+    if ops_from_stdin {
+        return Err(Failure::usage(
+            "--input jsonl reads ops for the JSON event stream; add --json",
+        ));
+    }
     let Setup {
         provider,
         options,
@@ -808,20 +831,12 @@ pub async fn run(
     let semantic = crate::semantic::enabled(&settings)?;
     let provider: Arc<dyn Provider> = Arc::from(provider);
     host.provider = Some(provider.clone());
-    host.interactive &= !json;
-    let (events, renderer) = spawn_renderer(json, None);
+    let (events, renderer) = spawn_renderer(false, None);
     host.events = Mutex::new(Some(events.clone()));
     let host = Arc::new(host);
     let registry = ServerRegistry::start_settling(servers, host.clone()).await;
     for failure in registry.failures() {
-        if json {
-            println!(
-                "{}",
-                json!({"type": "notice", "message": failure.to_string()})
-            );
-        } else {
-            safe_eprintln!("warning: {failure}");
-        }
+        safe_eprintln!("warning: {failure}");
     }
     let (catalog, errors) = ToolCatalog::load(&registry).await;
     for error in errors {
@@ -842,7 +857,7 @@ pub async fn run(
     // "[r]emember" writes where chat writes: the config in use, else the user's config.
     let terminal =
         TerminalApprover::remembering_in(config_file.or_else(tether_mcp::config::user_config_path));
-    let interactive = !json && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let approver: &dyn Approver = if interactive {
         &terminal
     } else {
@@ -876,51 +891,32 @@ pub async fn run(
     }
     drop(events);
     let _ = renderer.await;
-    finish(outcome, &conversation, json)
-}
-
-fn finish(
-    outcome: Result<TurnOutcome, AgentError>,
-    conversation: &[Message],
-    json: bool,
-) -> Result<(), Failure> {
     match outcome {
         Ok(outcome) => {
-            if json {
-                println!(
-                    "{}",
-                    json!({"type": "final", "text": outcome.text, "steps": outcome.steps, "usage": outcome.usage,
-                           "stopped": outcome.stopped, "messages": conversation})
-                );
-            } else if outcome.stopped.is_none() {
+            if outcome.stopped.is_none() {
                 println!();
             }
-            match outcome.stopped {
-                Some(reason) => Err(Failure {
-                    code: EXIT_STOPPED,
-                    message: Some(reason),
-                }),
-                None => Ok(()),
-            }
+            exit_for(outcome.reason, outcome.text)
         }
-        Err(AgentError::Cancelled) => {
-            if json {
-                println!("{}", json!({"type": "cancelled", "messages": conversation}));
-            }
-            Err(Failure {
-                code: EXIT_CANCELLED,
-                message: Some("cancelled".into()),
-            })
-        }
-        Err(AgentError::Model(error)) => {
-            if json {
-                println!(
-                    "{}",
-                    json!({"type": "error", "message": error.to_string(), "messages": conversation})
-                );
-            }
-            Err(model_failure(&error))
-        }
+        Err(AgentError::Cancelled) => exit_for(StopReason::Cancelled, String::new()),
+        Err(AgentError::Model(error)) => Err(model_failure(&error)),
+    }
+}
+
+/// The exit of a run whose turn ended for `reason` with `text` (the answer or what stopped it).
+pub(crate) fn exit_for(reason: StopReason, text: String) -> Result<(), Failure> {
+    match reason {
+        // A refusal is the model's answer, shown like any other.
+        StopReason::EndTurn | StopReason::MaxTokens | StopReason::Refusal => Ok(()),
+        StopReason::MaxSteps | StopReason::RepeatedFailure => Err(Failure {
+            code: EXIT_STOPPED,
+            message: Some(text),
+        }),
+        StopReason::Cancelled => Err(Failure {
+            code: EXIT_CANCELLED,
+            message: Some("cancelled".into()),
+        }),
+        StopReason::Error => Err(Failure::partial(text)),
     }
 }
 

@@ -85,8 +85,8 @@ fn assert_adds(events: &[Value]) {
         .find(|e| e["type"] == "tool_call_finished")
         .unwrap();
     assert_eq!(finished["result"], "30");
-    let last = events.last().unwrap();
-    assert_eq!(last["type"], "final");
+    let last = events.iter().find(|e| e["type"] == "turn_ended").unwrap();
+    assert_eq!(last["stop_reason"], "end_turn");
     assert!(
         last["text"].as_str().unwrap().contains("30"),
         "answer: {}",
@@ -193,8 +193,8 @@ fn embedded_model_answers_a_greeting_without_calling_a_tool() {
         !events.iter().any(|e| e["type"] == "tool_call_started"),
         "{events:#?}"
     );
-    let last = events.last().unwrap();
-    assert_eq!(last["type"], "final");
+    let last = events.iter().find(|e| e["type"] == "turn_ended").unwrap();
+    assert_eq!(last["stop_reason"], "end_turn");
     let text = last["text"].as_str().unwrap();
     assert!(
         !text.trim().is_empty() && !text.trim_start().starts_with('{'),

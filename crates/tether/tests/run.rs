@@ -27,11 +27,12 @@ impl Run {
             .collect()
     }
 
-    fn final_event(&self) -> Value {
+    /// The `--json` event of `kind` (the first one).
+    fn event(&self, kind: &str) -> Value {
         self.events()
             .into_iter()
-            .find(|e| e["type"] == "final")
-            .unwrap_or_else(|| panic!("no final event:\n{}\n{}", self.stdout, self.stderr))
+            .find(|e| e["type"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} event:\n{}\n{}", self.stdout, self.stderr))
     }
 }
 
@@ -314,11 +315,20 @@ fn no_tool_needed_streams_the_answer_and_json_reports_usage() {
         events.iter().filter(|e| e["type"] == "text_delta").count() > 1,
         "streamed in pieces"
     );
-    let last = run.final_event();
-    assert_eq!(last["usage"], json!({"inputTokens": 11, "outputTokens": 7}));
-    assert_eq!(last["steps"], 1);
+    let ended = run.event("turn_ended");
     assert_eq!(
-        last["messages"][1],
+        ended["usage"],
+        json!({"inputTokens": 11, "outputTokens": 7})
+    );
+    assert_eq!(ended["steps"], 1);
+    assert_eq!(ended["stop_reason"], "end_turn");
+    assert_eq!(
+        run.events().last().unwrap()["type"],
+        "session_ended",
+        "the session's last event"
+    );
+    assert_eq!(
+        run.event("session_ended")["messages"][1],
         json!({"role": "assistant", "content": "Hello! Nothing to compute here."})
     );
 }
@@ -836,8 +846,14 @@ fn ctrl_c_cancels_the_turn_and_its_tool_call() {
         interrupted.elapsed() < Duration::from_secs(10),
         "stopped promptly, not after the 30 s call"
     );
-    let last: Value = serde_json::from_str(rest.last().unwrap()).unwrap();
-    assert_eq!(last["type"], "cancelled");
+    let events: Vec<Value> = rest
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ended = events.iter().find(|e| e["type"] == "turn_ended").unwrap();
+    assert_eq!(ended["stop_reason"], "cancelled");
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "session_ended");
     assert_eq!(
         last["messages"][0]["role"], "user",
         "the conversation so far is kept"

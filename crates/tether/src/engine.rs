@@ -1,0 +1,152 @@
+//! Starting the engine for a front end: the model, the servers (with the session's own host,
+//! so every question a server asks becomes an event), the catalogue, the encoder and the pins,
+//! assembled into a `tether_agent::Session`. What goes wrong on the way (a server that did
+//! not start, a failed listing) becomes a notice event, which every front end shows in its
+//! own way (a line on stderr, a JSON record, a message in the editor).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
+use tether_agent::{
+    AgentEvent, ModelSlot, ModelSource, Questions, SessionHandle, SessionHost, SessionParts,
+    event_channel,
+};
+use tether_catalog::{SelectionMode, ToolCatalog, selection_for};
+use tether_llm::Provider;
+use tether_mcp::{Root, SamplingPolicy, ServerConfig, ServerRegistry};
+use tether_protocol::chat::Message;
+
+use crate::Failure;
+use crate::run::{ModelArgs, Setup, build_provider, pin_tools, setup};
+
+/// What a front end asks of the start.
+pub(crate) struct EngineStart<'a> {
+    /// The servers to start (the built-in one already added when none is configured).
+    pub(crate) servers: Vec<ServerConfig>,
+    /// The config's top-level settings.
+    pub(crate) settings: &'a Map<String, Value>,
+    /// The model flags.
+    pub(crate) args: &'a ModelArgs,
+    /// Roots offered to servers.
+    pub(crate) roots: Vec<Root>,
+    /// Least severe server log level shown (an index into `LOG_LEVELS`).
+    pub(crate) log_level: usize,
+    /// Whether someone answers questions (permissions, forms, sampling consent).
+    pub(crate) interactive: bool,
+    /// The conversation so far, for a session that continues a saved one.
+    pub(crate) history: Vec<Message>,
+}
+
+/// A started session and what its front end needs to stop it cleanly.
+pub(crate) struct Engine {
+    /// Ops in, events out.
+    pub(crate) handle: SessionHandle,
+    /// The servers, shut down once the session has ended.
+    pub(crate) registry: Arc<ServerRegistry>,
+    /// A sender on the session's event stream, for the front end's own notices (a line of
+    /// input that is not an op); they come out in order with the session's.
+    pub(crate) notices: tokio::sync::mpsc::UnboundedSender<AgentEvent>,
+}
+
+impl Engine {
+    /// Waits for the session to end (after a shutdown op) and stops the servers.
+    pub(crate) async fn shut_down(self) -> Vec<Message> {
+        let Engine {
+            handle, registry, ..
+        } = self;
+        let conversation = handle.task.await.unwrap_or_default();
+        // The session held the other handles; once it has ended this one is the last.
+        if let Ok(registry) = Arc::try_unwrap(registry) {
+            registry.shutdown().await;
+        }
+        conversation
+    }
+}
+
+/// Builds the model, starts the servers and spawns the session.
+pub(crate) async fn start(start: EngineStart<'_>) -> Result<Engine, Failure> {
+    let Setup {
+        provider,
+        options,
+        spec,
+        selection,
+    } = setup(start.args, start.settings).await?;
+    let semantic = crate::semantic::enabled(start.settings)?;
+    let provider: Arc<dyn Provider> = Arc::from(provider);
+    let model = ModelSlot::new(spec, provider);
+    let (inner_sender, inner_events) = event_channel();
+    let questions = Questions::new(inner_sender.clone(), start.interactive);
+    let sampling: HashMap<String, SamplingPolicy> = start
+        .servers
+        .iter()
+        .map(|s| (s.name.clone(), s.sampling))
+        .collect();
+    let host = Arc::new(SessionHost::new(
+        questions.clone(),
+        model.clone(),
+        sampling,
+        start.roots,
+        start.log_level,
+    ));
+    let registry = ServerRegistry::start_settling(start.servers, host).await;
+    let notice = |message: String| {
+        let _ = inner_sender.send(AgentEvent::Notice { message });
+    };
+    for failure in registry.failures() {
+        notice(failure.to_string());
+    }
+    let (catalog, errors) = ToolCatalog::load(&registry).await;
+    for error in errors {
+        notice(error.to_string());
+    }
+    // Only a catalogue that will be searched needs the encoder (see run.rs).
+    let searches = selection.search_tool
+        && selection_for(&selection).effective_mode(&catalog.snapshot()) != SelectionMode::All;
+    if let Some(warning) = crate::semantic::attach(&catalog, semantic && searches).await {
+        notice(warning);
+    }
+    for line in pin_tools(&catalog, &registry) {
+        notice(line);
+    }
+    let registry = Arc::new(registry);
+    let models: Arc<dyn ModelSource> = Arc::new(ConfiguredModels {
+        args: start.args.clone(),
+        settings: start.settings.clone(),
+    });
+    let handle = tether_agent::Session::spawn(SessionParts {
+        model,
+        registry: registry.clone(),
+        catalog,
+        selection: selection_for(&selection),
+        options,
+        questions,
+        inner_events,
+        inner_sender: inner_sender.clone(),
+        history: start.history,
+        models: Some(models),
+    });
+    Ok(Engine {
+        handle,
+        registry,
+        notices: inner_sender,
+    })
+}
+
+/// Models by spec, built as `--model` would build them.
+struct ConfiguredModels {
+    args: ModelArgs,
+    settings: Map<String, Value>,
+}
+
+impl ModelSource for ConfiguredModels {
+    fn provider<'a>(&'a self, spec: &'a str) -> BoxFuture<'a, Result<Arc<dyn Provider>, String>> {
+        Box::pin(async move {
+            build_provider(spec, &self.args, &self.settings)
+                .await
+                .map(Arc::from)
+                .map_err(|failure| failure.message.unwrap_or_else(|| "failed".into()))
+        })
+    }
+}
