@@ -343,10 +343,17 @@ impl Session {
 
     /// Runs one turn, taking ops as it goes; `true` when the session should end.
     async fn turn(&mut self, content: Vec<InputBlock>, ops: &mut UnboundedReceiver<Op>) -> bool {
+        // A prompt always ends in `turn_ended`, even one that cannot start, so a front end
+        // waiting on it (an editor's `session/prompt`) is always answered.
         let message = match self.user_message(content).await {
             Ok(message) => message,
-            Err(error) => {
-                self.reject(error);
+            Err(text) => {
+                let _ = self.out.send(AgentEvent::TurnEnded {
+                    stop_reason: StopReason::Error,
+                    text,
+                    steps: 0,
+                    usage: Usage::default(),
+                });
                 return false;
             }
         };

@@ -340,3 +340,12 @@ pub fn task_events(stdout: &str) -> Vec<serde_json::Value> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }
+
+/// The official ACP Python SDK's client scripted as an editor for the `tether acp` tests
+/// (`peers/clients/acp_client.py`, run by the peers' virtualenv).
+pub fn py_acp_client() -> Command {
+    let peers = workspace_root().join("peers");
+    let mut command = Command::new(require(peers.join(".venv/bin/python")));
+    command.arg(require(peers.join("clients/acp_client.py")));
+    command
+}

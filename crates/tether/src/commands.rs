@@ -117,6 +117,16 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
             crate::chat::sessions_command(export, json)
         }
         Command::Model { action } => crate::run::model_command(&action).await,
+        Command::Acp { model } => {
+            crate::acp::serve(crate::acp::AcpConfig {
+                servers,
+                settings,
+                args: model,
+                log_level,
+                timeout,
+            })
+            .await
+        }
         Command::Serve { args } => {
             let servers = with_builtin(servers, timeout)?;
             crate::serve::serve(servers, &settings, args).await
@@ -453,25 +463,30 @@ fn with_builtin(
     timeout: Option<Duration>,
 ) -> Result<Vec<ServerConfig>, Failure> {
     if servers.is_empty() {
-        let exe = std::env::current_exe().map_err(|e| {
-            Failure::usage(format!(
-                "cannot find the tether binary to start the built-in tools: {e}"
-            ))
-        })?;
-        let mut builtin = ServerConfig::stdio(
-            "builtin",
-            exe.display().to_string(),
-            vec!["builtin-server".into()],
-        );
-        // Our own server: its read-only hints are ours, not a stranger's claims.
-        builtin.trust_hints = true;
-        if let Some(limit) = timeout {
-            builtin.timeout = limit;
-            builtin.startup_timeout = limit;
-        }
-        servers.push(builtin);
+        servers.push(builtin_server(timeout)?);
     }
     Ok(servers)
+}
+
+/// The built-in tools server, under `--timeout` when given.
+pub(crate) fn builtin_server(timeout: Option<Duration>) -> Result<ServerConfig, Failure> {
+    let exe = std::env::current_exe().map_err(|e| {
+        Failure::usage(format!(
+            "cannot find the tether binary to start the built-in tools: {e}"
+        ))
+    })?;
+    let mut builtin = ServerConfig::stdio(
+        "builtin",
+        exe.display().to_string(),
+        vec!["builtin-server".into()],
+    );
+    // Our own server: its read-only hints are ours, not a stranger's claims.
+    builtin.trust_hints = true;
+    if let Some(limit) = timeout {
+        builtin.timeout = limit;
+        builtin.startup_timeout = limit;
+    }
+    Ok(builtin)
 }
 
 /// The built-in server, for a tester command run where no servers are configured; `say` tells

@@ -23,6 +23,7 @@ macro_rules! eprint {
 // First, so its safe_println!/safe_eprintln! reach every module after it.
 #[macro_use]
 mod render;
+mod acp;
 mod arguments;
 mod auth;
 mod chat;
@@ -122,6 +123,12 @@ enum Command {
         /// interrupts) as JSON lines on standard input; see the README's event schema.
         #[arg(long, value_enum, value_name = "FORMAT")]
         input: Option<InputFormat>,
+    },
+    /// Serve one editor as an Agent Client Protocol agent on stdin and stdout (Zed,
+    /// JetBrains, Neovim, Emacs); sessions take the editor's MCP servers beside the config's.
+    Acp {
+        #[command(flatten)]
+        model: run::ModelArgs,
     },
     /// A conversation with a model and the servers' tools, saved as it goes.
     Chat {

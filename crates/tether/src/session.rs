@@ -95,8 +95,22 @@ impl SessionLog {
             now.format("%Y%m%d-%H%M%S"),
             std::process::id() & 0xffff
         );
-        let path = dir.join(format!("{id}.jsonl"));
-        let file = tether_mcp::private_files::create_new(&path)?;
+        // Two sessions started in the same second by one process (an editor's) each get a
+        // file of their own.
+        let base = id;
+        let mut copy = 1;
+        let (id, path, file) = loop {
+            let id = if copy == 1 {
+                base.clone()
+            } else {
+                format!("{base}-{copy}")
+            };
+            let path = dir.join(format!("{id}.jsonl"));
+            match tether_mcp::private_files::create_new(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && copy < 100 => copy += 1,
+                other => break (id, path, other?),
+            }
+        };
         let mut log = SessionLog { id, path, file };
         log.append(&Record::Session {
             id: log.id.clone(),
