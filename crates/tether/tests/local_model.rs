@@ -201,3 +201,82 @@ fn embedded_model_answers_a_greeting_without_calling_a_tool() {
         "{text}"
     );
 }
+
+/// Zero config in an editor: `tether acp` with no model and no servers answers through the
+/// embedded model and the built-in `add`, the call shown as a tool call that completes.
+#[test]
+fn embedded_model_answers_an_editor_through_tether_acp() {
+    use std::io::{BufRead, BufReader, Write};
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = empty_dir("acp");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .arg("acp")
+        .current_dir(&dir)
+        .env_remove("TETHER_MODEL")
+        .env("TETHER_DATA_DIR", dir.join("data"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).unwrap());
+        }
+    });
+    let mut seen = Vec::new();
+    let mut call = |stdin: &mut std::process::ChildStdin, id: u64, method: &str, params: Value| {
+        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{message}").unwrap();
+        loop {
+            let message = rx
+                .recv_timeout(std::time::Duration::from_secs(300))
+                .unwrap_or_else(|_| panic!("no answer to {method}; saw {seen:#?}"));
+            if message["id"] == id && message.get("method").is_none() {
+                return message;
+            }
+            seen.push(message);
+        }
+    };
+    let init = call(&mut stdin, 1, "initialize", json!({"protocolVersion": 1}));
+    assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+    let cwd = dir.canonicalize().unwrap();
+    let session = call(
+        &mut stdin,
+        2,
+        "session/new",
+        json!({"cwd": cwd, "mcpServers": []}),
+    );
+    let id = session["result"]["sessionId"].clone();
+    assert!(id.is_string(), "{session}");
+    let prompt = json!({"sessionId": id, "prompt": [{"type": "text", "text": "What is 10 + 20? Use the add tool."}]});
+    let answer = call(&mut stdin, 3, "session/prompt", prompt);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    drop(stdin);
+    let updates: Vec<&Value> = seen.iter().map(|m| &m["params"]["update"]).collect();
+    let started = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap_or_else(|| panic!("no tool call: {updates:#?}"));
+    assert!(
+        started["title"].as_str().unwrap().contains("builtin"),
+        "{started}"
+    );
+    assert_eq!(started["rawInput"], json!({"a": 10, "b": 20}));
+    assert!(
+        updates
+            .iter()
+            .any(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed"),
+        "{updates:#?}"
+    );
+    let text: String = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect();
+    assert!(text.contains("30"), "answer: {text}");
+    assert!(child.wait().unwrap().success());
+}
