@@ -302,6 +302,9 @@ impl Agent {
             log_level: self.config.log_level,
             interactive: true,
             history,
+            // The editor named these servers for this session: its first prompt sees all of
+            // their tools, not only those of the servers that were quick to start.
+            wait_for_all: true,
         })
         .await
         .map_err(|f| json!({"code": -32603, "message": f.message.unwrap_or_default()}))?;

@@ -37,6 +37,9 @@ pub(crate) struct EngineStart<'a> {
     pub(crate) interactive: bool,
     /// The conversation so far, for a session that continues a saved one.
     pub(crate) history: Vec<Message>,
+    /// Wait for every server to finish starting (each within its own startup timeout)
+    /// instead of going on once the others have settled and letting a slow one join later.
+    pub(crate) wait_for_all: bool,
 }
 
 /// A started session and what its front end needs to stop it cleanly.
@@ -90,7 +93,11 @@ pub(crate) async fn start(start: EngineStart<'_>) -> Result<Engine, Failure> {
         start.roots,
         start.log_level,
     ));
-    let registry = ServerRegistry::start_settling(start.servers, host).await;
+    let registry = if start.wait_for_all {
+        ServerRegistry::start(start.servers, host).await
+    } else {
+        ServerRegistry::start_settling(start.servers, host).await
+    };
     let notice = |message: String| {
         let _ = inner_sender.send(AgentEvent::Notice { message });
     };

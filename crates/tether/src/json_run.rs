@@ -39,6 +39,7 @@ pub(crate) async fn run(
         log_level: host.log_level,
         interactive: ops_from_stdin,
         history: Vec::new(),
+        wait_for_all: false,
     })
     .await?;
     let ops = engine.handle.ops.clone();
