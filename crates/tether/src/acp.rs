@@ -25,7 +25,7 @@ use tokio::sync::mpsc::{self, UnboundedSender};
 
 use crate::Failure;
 use crate::engine::{EngineStart, start};
-use crate::run::ModelArgs;
+use crate::models::ModelArgs;
 use crate::session::{Record, SessionLog};
 
 /// The ACP version we speak.
@@ -339,9 +339,9 @@ impl Agent {
         }
         // The editor learns the id from the answer, then hears the session's updates.
         let mode = match self.config.args.approve {
-            crate::run::ApproveArg::Ask => "ask",
-            crate::run::ApproveArg::Auto => "auto",
-            crate::run::ApproveArg::Never => "never",
+            crate::models::ApproveArg::Ask => "ask",
+            crate::models::ApproveArg::Auto => "auto",
+            crate::models::ApproveArg::Never => "never",
         };
         let answer = json!({"sessionId": id, "modes": modes(mode)});
         let agent = self.clone();

@@ -19,7 +19,8 @@ use tether_mcp::{Root, SamplingPolicy, ServerConfig, ServerRegistry};
 use tether_protocol::chat::Message;
 
 use crate::Failure;
-use crate::run::{ModelArgs, Setup, build_provider, pin_tools, setup};
+use crate::models::{ModelArgs, Setup, build_provider, setup};
+use crate::run::pin_tools;
 
 /// What a front end asks of the start.
 pub(crate) struct EngineStart<'a> {

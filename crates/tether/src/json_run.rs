@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use crate::Failure;
 use crate::engine::{EngineStart, start};
 use crate::host::TerminalHost;
-use crate::run::{ModelArgs, exit_for, watch_ctrl_c};
+use crate::models::ModelArgs;
+use crate::run::{exit_for, watch_ctrl_c};
 
 /// Longest line of input taken as one op (an elicitation answer with a pasted document fits).
 const MAX_OP_LINE: usize = 1 << 20;

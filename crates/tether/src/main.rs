@@ -24,20 +24,26 @@ macro_rules! eprint {
 #[macro_use]
 mod render;
 mod acp;
+mod approver;
 mod arguments;
 mod auth;
 mod chat;
+mod chat_input;
 mod commands;
 mod conformance;
 mod engine;
 mod host;
 mod json_run;
 mod markdown;
+mod models;
 mod run;
 mod semantic;
 mod serve;
 mod session;
+mod sessions;
 mod telemetry;
+mod terminal_view;
+mod tester;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -118,7 +124,7 @@ enum Command {
         /// The question; `-` reads it from standard input (`git diff | tether run -`).
         question: String,
         #[command(flatten)]
-        model: run::ModelArgs,
+        model: models::ModelArgs,
         /// With --json: read ops (decisions on permission requests, answers to forms,
         /// interrupts) as JSON lines on standard input; see the README's event schema.
         #[arg(long, value_enum, value_name = "FORMAT")]
@@ -128,12 +134,12 @@ enum Command {
     /// JetBrains, Neovim, Emacs); sessions take the editor's MCP servers beside the config's.
     Acp {
         #[command(flatten)]
-        model: run::ModelArgs,
+        model: models::ModelArgs,
     },
     /// A conversation with a model and the servers' tools, saved as it goes.
     Chat {
         #[command(flatten)]
-        model: run::ModelArgs,
+        model: models::ModelArgs,
         /// Continue a saved session: the latest, or the one with this id (or name).
         #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
         resume: Option<String>,
@@ -489,7 +495,7 @@ fn main() -> ExitCode {
     let command = match cli.command {
         Some(command) => command,
         None if std::io::IsTerminal::is_terminal(&std::io::stdin()) => Command::Chat {
-            model: run::ModelArgs::default(),
+            model: models::ModelArgs::default(),
             resume: None,
         },
         None => {

@@ -35,7 +35,7 @@ async fn attach_encoder(catalog: &ToolCatalog) -> Option<String> {
     use std::sync::Arc;
     use tether_catalog::SemanticRanker;
     use tether_local::provision;
-    let progress = crate::run::progress_printer("the search encoder");
+    let progress = crate::models::progress_printer("the search encoder");
     let dir = match provision::ensure_encoder_model(&progress).await {
         Ok(dir) => dir,
         Err(e) => return Some(format!("{e}; tool search stays lexical")),

@@ -12,7 +12,7 @@ use tether_mcp::{HttpOptions, JwtSettings, MCP_PATH, ServeMetrics, ServerConfig,
 use tokio_util::sync::CancellationToken;
 
 use crate::Failure;
-use crate::run::{ToolsArg, approval_rules};
+use crate::models::{ToolsArg, approval_rules};
 
 /// `tether serve` options.
 #[derive(Debug, clap::Args)]

@@ -1,0 +1,355 @@
+//! The model a front end talks to: `run` and `chat`'s flags, the provider they name (or the
+//! embedded model, fetched once), and the loop's settings read from flags and config.
+
+#[cfg(feature = "local")]
+use std::io::IsTerminal;
+
+use serde_json::{Map, Value};
+use tether_agent::results::DEFAULT_MAX_RESULT_CHARS;
+use tether_agent::{AgentOptions, ApprovalMode, ApprovalRules, ToolMode};
+use tether_catalog::SelectionMode;
+use tether_catalog::SelectionOptions;
+use tether_catalog::selection::DEFAULT_CONTEXT_WINDOW;
+use tether_llm::{LlmError, Provider, ProviderOptions, provider_for};
+
+use crate::Failure;
+
+/// Flags of `run` and `chat`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    /// provider:model, e.g. openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, ollama:qwen3:4b
+    /// [env: TETHER_MODEL; or "model" in the config].
+    #[arg(long, value_name = "PROVIDER:MODEL")]
+    pub model: Option<String>,
+    /// Base URL of the provider's API (for local or proxied servers).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// How tools reach the model: native tool calling, prompt-based JSON, or auto (native,
+    /// falling back to prompt when the provider rejects tools).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub tool_mode: ToolModeArg,
+    /// Most model calls per question.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub max_steps: usize,
+    /// ask: ask before tools not marked read-only; auto: run them, still asking for destructive
+    /// ones; never: only read-only tools and explicit allows run.
+    #[arg(long, value_enum, default_value = "ask")]
+    pub approve: ApproveArg,
+    /// Extra system prompt, added after Tether's.
+    #[arg(long, value_name = "TEXT")]
+    pub system_prompt: Option<String>,
+    /// Which tools each request carries: all of them; search (a search_tools tool, the
+    /// always-loaded tools and those found so far); meta (one mcp_query tool); auto (all while
+    /// they fit in a tenth of the context window, search beyond) [config: "toolSelection"].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub tools: Option<ToolsArg>,
+    /// Embedded model only: decode tool calls without the grammar (to measure its effect).
+    #[arg(long, hide = true)]
+    pub no_grammar: bool,
+}
+
+impl Default for ModelArgs {
+    /// The same values as the flags' defaults (for plain `tether`, which starts a chat).
+    fn default() -> ModelArgs {
+        ModelArgs {
+            model: None,
+            base_url: None,
+            tool_mode: ToolModeArg::Auto,
+            max_steps: 20,
+            approve: ApproveArg::Ask,
+            system_prompt: None,
+            tools: None,
+            no_grammar: false,
+        }
+    }
+}
+
+/// `--tool-mode`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ToolModeArg {
+    /// Native, falling back to prompt-based.
+    Auto,
+    /// Native tool calling only.
+    Native,
+    /// Tools in the system prompt, JSON replies.
+    Prompt,
+}
+
+/// `--tools`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ToolsArg {
+    /// Every tool on every request.
+    All,
+    /// Tools found by search, loaded as the conversation goes.
+    Search,
+    /// One mcp_query meta-tool.
+    Meta,
+    /// All while they fit in a tenth of the context window, search beyond.
+    Auto,
+}
+
+/// `--approve`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ApproveArg {
+    /// Ask before tools that are not read-only.
+    Ask,
+    /// Run without asking, except destructive tools.
+    Auto,
+    /// Never run tools that would need approval.
+    Never,
+}
+
+pub(crate) struct Setup {
+    pub(crate) provider: Box<dyn Provider>,
+    pub(crate) options: AgentOptions,
+    /// The `provider:model` it was built from.
+    pub(crate) spec: String,
+    /// How tools are selected for each request.
+    pub(crate) selection: SelectionOptions,
+}
+
+pub(crate) async fn setup(
+    args: &ModelArgs,
+    settings: &Map<String, Value>,
+) -> Result<Setup, Failure> {
+    let spec = args
+        .model
+        .clone()
+        .or_else(|| std::env::var("TETHER_MODEL").ok().filter(|m| !m.is_empty()))
+        .or_else(|| settings.get("model").and_then(Value::as_str).map(str::to_string))
+        .or_else(default_model)
+        .ok_or_else(|| {
+            Failure::usage(
+                "no model configured; pass --model provider:model (e.g. openai:gpt-4o-mini with OPENAI_API_KEY, or ollama:qwen3:4b), set TETHER_MODEL, or add \"model\" to the config",
+            )
+        })?;
+    let provider = build_provider(&spec, args, settings).await?;
+    let approval_rules = approval_rules(settings)?;
+    let selection = selection_options(args, settings, &spec, provider.as_ref())?;
+    let max_result_chars = match settings.get("maxResultChars") {
+        None => DEFAULT_MAX_RESULT_CHARS,
+        Some(value) => value
+            .as_u64()
+            .filter(|n| *n >= 1_000)
+            .map(|n| n as usize)
+            .ok_or_else(|| {
+                Failure::usage(format!(
+                    "config: \"maxResultChars\" is {value}; give a whole number of characters, at least 1000 (default {DEFAULT_MAX_RESULT_CHARS})"
+                ))
+            })?,
+    };
+    let options = AgentOptions {
+        max_result_chars,
+        max_steps: args.max_steps.max(1),
+        tool_mode: match args.tool_mode {
+            ToolModeArg::Auto => ToolMode::Auto,
+            ToolModeArg::Native => ToolMode::Native,
+            ToolModeArg::Prompt => ToolMode::Prompt,
+        },
+        approval_mode: match args.approve {
+            ApproveArg::Ask => ApprovalMode::Ask,
+            ApproveArg::Auto => ApprovalMode::Auto,
+            ApproveArg::Never => ApprovalMode::Never,
+        },
+        approval_rules,
+        system_prompt: args.system_prompt.clone(),
+        context_window: context_window(settings, provider.as_ref()),
+        saved_results: crate::session::results_dir(),
+        ..AgentOptions::default()
+    };
+    Ok(Setup {
+        provider,
+        options,
+        spec,
+        selection,
+    })
+}
+
+/// `--tools`, else `"toolSelection"` in the config, else auto; tuned for the embedded model,
+/// which is offered only the tools pre-selected for each question (its grammar is built over
+/// them, and a 135M model does better choosing among three tools than calling a search).
+pub(crate) fn selection_options(
+    args: &ModelArgs,
+    settings: &Map<String, Value>,
+    spec: &str,
+    provider: &dyn Provider,
+) -> Result<SelectionOptions, Failure> {
+    let mode = match (args.tools, settings.get("toolSelection")) {
+        (Some(ToolsArg::All), _) => SelectionMode::All,
+        (Some(ToolsArg::Search), _) => SelectionMode::Search,
+        (Some(ToolsArg::Meta), _) => SelectionMode::Meta,
+        (Some(ToolsArg::Auto), _) => SelectionMode::Auto,
+        (None, None) => SelectionMode::Auto,
+        (None, Some(value)) => value
+            .as_str()
+            .ok_or_else(|| format!("is {value}"))
+            .and_then(SelectionMode::parse)
+            .map_err(|e| Failure::usage(format!("config: \"toolSelection\": {e}")))?,
+    };
+    let local = spec == "local" || spec.starts_with("local:");
+    Ok(SelectionOptions {
+        mode,
+        context_window: context_window(settings, provider).unwrap_or(DEFAULT_CONTEXT_WINDOW),
+        search_tool: !local,
+        preload: if local { 3 } else { 5 },
+        keep_loaded: !local,
+        ..SelectionOptions::default()
+    })
+}
+
+/// The config's `"approval"` rules (none when absent).
+pub(crate) fn approval_rules(settings: &Map<String, Value>) -> Result<ApprovalRules, Failure> {
+    match settings.get("approval") {
+        Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
+            Failure::usage(format!(
+                "config: \"approval\": {e}; expected {{\"allow\": [patterns], \"ask\": [...], \"deny\": [...]}}"
+            ))
+        }),
+        None => Ok(ApprovalRules::default()),
+    }
+}
+
+/// `"contextWindow"` in the config, else what the provider knows.
+pub(crate) fn context_window(
+    settings: &Map<String, Value>,
+    provider: &dyn Provider,
+) -> Option<usize> {
+    settings
+        .get("contextWindow")
+        .and_then(Value::as_u64)
+        .map(|n| n as usize)
+        .or_else(|| provider.context_window())
+}
+
+/// The provider for `provider:model` (or `local`), with `--base-url` / `"baseUrl"` applied.
+pub(crate) async fn build_provider(
+    spec: &str,
+    args: &ModelArgs,
+    settings: &Map<String, Value>,
+) -> Result<Box<dyn Provider>, Failure> {
+    let base_url = args.base_url.clone().or_else(|| {
+        settings
+            .get("baseUrl")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    });
+    if spec == "local" || spec.starts_with("local:") {
+        return local_provider(spec, args).await;
+    }
+    provider_for(
+        spec,
+        &ProviderOptions {
+            base_url,
+            ..ProviderOptions::default()
+        },
+    )
+    .map_err(|e| Failure::usage(e.to_string()))
+}
+
+/// The model used when none is configured: the embedded one, when built in.
+fn default_model() -> Option<String> {
+    cfg!(feature = "local").then(|| "local".to_string())
+}
+
+/// Prints download progress on stderr: a live line on a terminal, quarters otherwise.
+#[cfg(feature = "local")]
+pub(crate) fn progress_printer(what: &'static str) -> impl Fn(u64, Option<u64>, &str) + Sync {
+    let terminal = std::io::stderr().is_terminal();
+    let last_quarter = std::sync::atomic::AtomicU64::new(0);
+    move |done, total, source| {
+        let mb = |b: u64| b as f64 / 1_000_000.0;
+        let Some(total) = total.filter(|t| *t > 0) else {
+            return;
+        };
+        let percent = done * 100 / total;
+        if terminal {
+            eprint!(
+                "\rdownloading {what} from {source}: {percent:3}% ({:.0}/{:.0} MB)",
+                mb(done),
+                mb(total)
+            );
+            if done >= total {
+                eprintln!();
+            }
+        } else {
+            let quarter = percent / 25;
+            if quarter > last_quarter.swap(quarter, std::sync::atomic::Ordering::Relaxed)
+                || done == 0
+            {
+                eprintln!("downloading {what} from {source}: {percent}%");
+            }
+        }
+    }
+}
+
+#[cfg(feature = "local")]
+async fn local_provider(spec: &str, args: &ModelArgs) -> Result<Box<dyn Provider>, Failure> {
+    use tether_local::{DEFAULT_MODEL_NAME, LocalOptions, LocalProvider, provision};
+    let (path, name) = match spec.strip_prefix("local:") {
+        Some(path) => (std::path::PathBuf::from(path), spec.to_string()),
+        None => {
+            let progress = progress_printer("the default model");
+            let path = provision::ensure_default_model(&progress)
+                .await
+                .map_err(Failure::partial)?;
+            (path, DEFAULT_MODEL_NAME.to_string())
+        }
+    };
+    let options = LocalOptions {
+        grammar: !args.no_grammar,
+        ..LocalOptions::default()
+    };
+    let provider = tokio::task::spawn_blocking(move || LocalProvider::load(&path, name, options))
+        .await
+        .map_err(|e| Failure::partial(format!("loading the model failed: {e}")))?
+        .map_err(|e| model_failure(&e))?;
+    Ok(Box::new(provider))
+}
+
+#[cfg(not(feature = "local"))]
+async fn local_provider(spec: &str, _args: &ModelArgs) -> Result<Box<dyn Provider>, Failure> {
+    Err(Failure::usage(format!(
+        "--model {spec}: this build has no embedded model; rebuild with the \"local\" feature or use a remote provider"
+    )))
+}
+
+/// `tether model pull|path`.
+pub async fn model_command(action: &str) -> Result<(), Failure> {
+    #[cfg(feature = "local")]
+    {
+        use tether_local::provision;
+        if action == "path" {
+            println!(
+                "{}",
+                provision::model_dir()
+                    .join(provision::DEFAULT_MODEL_FILE)
+                    .display()
+            );
+            return Ok(());
+        }
+        let progress = progress_printer("the default model");
+        let path = provision::ensure_default_model(&progress)
+            .await
+            .map_err(Failure::partial)?;
+        println!("{}", path.display());
+        let progress = progress_printer("the search encoder");
+        let encoder = provision::ensure_encoder_model(&progress)
+            .await
+            .map_err(Failure::partial)?;
+        println!("{}", encoder.display());
+        Ok(())
+    }
+    #[cfg(not(feature = "local"))]
+    {
+        Err(Failure::usage(format!(
+            "tether model {action}: this build has no embedded model"
+        )))
+    }
+}
+
+pub(crate) fn model_failure(error: &LlmError) -> Failure {
+    match error {
+        LlmError::Config(message) => Failure::usage(message.clone()),
+        other => Failure::partial(other.to_string()),
+    }
+}

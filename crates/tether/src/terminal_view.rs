@@ -1,0 +1,295 @@
+//! What a turn looks like on the terminal: answer text on stdout (Markdown when styled), tool
+//! activity and notices on stderr, progress bars, the spinner; every message saved to the
+//! session log as it is added.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tether_agent::AgentEvent;
+use tokio::sync::mpsc;
+
+use crate::render::{ProgressBar, terminal_safe};
+use crate::session::{Record, SessionLog};
+
+/// A tool result on one line, for the terminal: JSON compacted onto the line, other text with
+/// its lines joined (`Allowed directories: /a · /b`), clipped to `max` characters with the
+/// number of lines left out, if any.
+pub(crate) fn one_line(result: &str, max: usize) -> String {
+    let trimmed = result.trim();
+    if trimmed.starts_with(['{', '['])
+        && let Ok(value) = serde_json::from_str::<Value>(trimmed)
+    {
+        let compact = value.to_string();
+        return match &value {
+            Value::Array(items) if compact.chars().count() > max => {
+                format!("{} items: {}", items.len(), clip(&compact, max))
+            }
+            _ => clip(&compact, max),
+        };
+    }
+    let lines: Vec<&str> = trimmed
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut joined = String::new();
+    for line in &lines {
+        if !joined.is_empty() {
+            joined.push_str(if joined.ends_with(':') { " " } else { " · " });
+        }
+        joined.push_str(line);
+    }
+    clip(&joined, max)
+}
+
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// Prints events as they arrive: text to stdout, tool activity to stderr; or JSON lines.
+/// Messages go to `session` (synced to disk) as they are added.
+pub(crate) fn spawn_renderer(
+    json: bool,
+    session: Option<Arc<Mutex<SessionLog>>>,
+) -> (
+    mpsc::UnboundedSender<AgentEvent>,
+    tokio::task::JoinHandle<()>,
+) {
+    spawn_styled_renderer(json, session, Style::default())
+}
+
+/// How the chat dresses its output in a terminal.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Style {
+    /// Render answers as Markdown (`Some(colour)`), or print them as they come.
+    pub(crate) markdown: Option<bool>,
+    /// Show a spinner until the first event.
+    pub(crate) spinner: bool,
+}
+
+/// [`spawn_renderer`] with the chat's styling.
+pub(crate) fn spawn_styled_renderer(
+    json: bool,
+    session: Option<Arc<Mutex<SessionLog>>>,
+    style: Style,
+) -> (
+    mpsc::UnboundedSender<AgentEvent>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<AgentEvent>();
+    let handle = tokio::spawn(async move {
+        let mut view = EventView {
+            json,
+            session,
+            stdout: std::io::stdout(),
+            bars: Default::default(),
+            markdown: style.markdown.map(crate::markdown::MarkdownStream::new),
+        };
+        let mut next = if style.spinner {
+            spin_until_first(&mut rx).await
+        } else {
+            rx.recv().await
+        };
+        while let Some(event) = next {
+            if !json
+                && matches!(
+                    event,
+                    AgentEvent::Notice { .. } | AgentEvent::ServerRestarted { .. }
+                )
+            {
+                // Held while a question (an approval, a form) waits for its answer.
+                let _terminal = crate::host::TERMINAL.lock().await;
+                view.show(event);
+            } else {
+                view.show(event);
+            }
+            next = rx.recv().await;
+        }
+        view.flush_markdown();
+    });
+    (tx, handle)
+}
+
+/// Until the model's first event: a spinner on stderr, erased when the event comes.
+async fn spin_until_first(rx: &mut mpsc::UnboundedReceiver<AgentEvent>) -> Option<AgentEvent> {
+    const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    let mut frame = 0;
+    let first = loop {
+        tokio::select! {
+            event = rx.recv() => break event,
+            _ = tick.tick() => {
+                eprint!("\r{} waiting for the model", FRAMES[frame % FRAMES.len()]);
+                frame += 1;
+            }
+        }
+    };
+    eprint!("\r\x1b[2K");
+    first
+}
+
+/// What one turn's events look like on the terminal (or as JSON lines), and where its
+/// messages are saved.
+struct EventView {
+    json: bool,
+    session: Option<Arc<Mutex<SessionLog>>>,
+    stdout: std::io::Stdout,
+    bars: std::collections::HashMap<String, ProgressBar>,
+    markdown: Option<crate::markdown::MarkdownStream>,
+}
+
+impl EventView {
+    /// Prints the rest of a Markdown answer held back for its line to end.
+    fn flush_markdown(&mut self) {
+        if let Some(md) = &mut self.markdown {
+            let _ = write!(self.stdout, "{}", md.finish());
+            let _ = self.stdout.flush();
+        }
+    }
+
+    /// Shows (or records) one event.
+    fn show(&mut self, event: AgentEvent) {
+        if let AgentEvent::MessageAdded { message } = &event {
+            if let Some(log) = &self.session
+                && let Ok(mut log) = log.lock()
+                && let Err(error) = log.append(&Record::Message {
+                    message: message.clone(),
+                })
+            {
+                eprintln!("warning: cannot save the session: {error}");
+            }
+            return;
+        }
+        if self.json {
+            let _ = writeln!(
+                self.stdout,
+                "{}",
+                serde_json::to_string(&event).unwrap_or_default()
+            );
+            return;
+        }
+        match event {
+            AgentEvent::TextDelta { text } => {
+                // A model can repeat what a tool returned, escape sequences included.
+                let text = terminal_safe(&text).into_owned();
+                let shown = match &mut self.markdown {
+                    Some(md) => md.push(&text),
+                    None => text,
+                };
+                let _ = write!(self.stdout, "{shown}");
+                let _ = self.stdout.flush();
+            }
+            AgentEvent::ToolCallStarted {
+                name, arguments, ..
+            } => {
+                self.flush_markdown();
+                eprintln!(
+                    "→ {} {}",
+                    terminal_safe(&name),
+                    clip(&arguments.to_string(), 200)
+                );
+            }
+            AgentEvent::ToolProgress {
+                id,
+                name,
+                progress,
+                total,
+                message,
+                task,
+            } => {
+                self.bars
+                    .entry(id)
+                    .or_insert_with(|| ProgressBar::new(&name))
+                    .update(&tether_mcp::Progress {
+                        progress,
+                        total,
+                        message,
+                        task,
+                    });
+            }
+            AgentEvent::ToolCallFinished {
+                id,
+                name,
+                is_error,
+                result,
+                duration_ms,
+                ..
+            } => {
+                if let Some(mut bar) = self.bars.remove(&id) {
+                    bar.finish();
+                }
+                let mark = if is_error { "✗" } else { "←" };
+                let line = format!(
+                    "{mark} {name} ({duration_ms} ms): {}",
+                    one_line(&result, 200)
+                );
+                let line = terminal_safe(&line);
+                if is_error && self.markdown.as_ref().is_some_and(|m| m.colored()) {
+                    eprintln!("\x1b[31m{line}\x1b[0m");
+                } else {
+                    eprintln!("{line}");
+                }
+            }
+            // The text front ends ask their questions through their own host and approver,
+            // and end their turns themselves; the session's bookkeeping events are not shown.
+            AgentEvent::Usage { .. }
+            | AgentEvent::MessageAdded { .. }
+            | AgentEvent::SessionStarted { .. }
+            | AgentEvent::TurnStarted { .. }
+            | AgentEvent::ThoughtDelta { .. }
+            | AgentEvent::ToolCallPending { .. }
+            | AgentEvent::PermissionRequested { .. }
+            | AgentEvent::ElicitationRequested { .. }
+            | AgentEvent::SamplingRequested { .. }
+            | AgentEvent::TurnEnded { .. }
+            | AgentEvent::OpRejected { .. }
+            | AgentEvent::SessionEnded { .. } => {}
+            AgentEvent::ToolsLoaded {
+                names,
+                reason,
+                query,
+            } => {
+                self.flush_markdown();
+                let line = match query {
+                    Some(query) => format!("+ search \"{query}\" loaded {}", names.join(", ")),
+                    None => format!("+ {reason} {}", names.join(", ")),
+                };
+                eprintln!("{}", terminal_safe(&line));
+            }
+            AgentEvent::Notice { message } => eprintln!("note: {}", terminal_safe(&message)),
+            AgentEvent::ServerRestarted {
+                server,
+                restarts,
+                reason,
+            } => eprintln!(
+                "note: {}",
+                terminal_safe(&AgentEvent::restart_line(&server, restarts, &reason))
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_read_on_one_line() {
+        assert_eq!(
+            one_line("Allowed directories:\n/tmp/files\n/tmp/more\n", 200),
+            "Allowed directories: /tmp/files · /tmp/more"
+        );
+        assert_eq!(
+            one_line("{\n  \"temperature\": 21,\n  \"unit\": \"C\"\n}", 200),
+            r#"{"temperature":21,"unit":"C"}"#
+        );
+        let long: Vec<u32> = (0..100).collect();
+        let text = serde_json::to_string_pretty(&long).unwrap();
+        assert!(one_line(&text, 40).starts_with("100 items: [0,1,2"));
+        assert_eq!(one_line("30", 200), "30");
+    }
+}
