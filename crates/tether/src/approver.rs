@@ -111,8 +111,8 @@ impl Approver for TerminalApprover {
                 }
                 "r" | "remember" => {
                     match self.remember(&name) {
-                        Ok(path) => eprintln!("(allowed {name} in {})", path.display()),
-                        Err(error) => eprintln!("warning: not remembered: {error}"),
+                        Ok(path) => safe_eprintln!("(allowed {name} in {})", path.display()),
+                        Err(error) => safe_eprintln!("warning: not remembered: {error}"),
                     }
                     if let Ok(mut always) = self.always.lock() {
                         always.push(name);

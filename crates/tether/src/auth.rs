@@ -69,9 +69,9 @@ pub async fn command(
             if json {
                 render::print_json(&json!({"server": server, "signedOut": removed}));
             } else if removed {
-                println!("signed out of \"{server}\"");
+                safe_println!("signed out of \"{server}\"");
             } else {
-                println!("no saved sign-in for \"{server}\"");
+                safe_println!("no saved sign-in for \"{server}\"");
             }
             Ok(())
         }
@@ -107,7 +107,7 @@ pub async fn command(
                 return Ok(());
             }
             if rows.is_empty() {
-                println!("no HTTP servers configured");
+                safe_println!("no HTTP servers configured");
             }
             for row in rows {
                 let name = row["server"].as_str().unwrap_or_default();
@@ -116,7 +116,7 @@ pub async fn command(
                         .as_array()
                         .map(|s| s.iter().filter_map(|s| s.as_str()).collect())
                         .unwrap_or_default();
-                    println!(
+                    safe_println!(
                         "{name}: signed in (issuer {}, client {}, scopes: {})",
                         row["issuer"].as_str().unwrap_or("unknown"),
                         row["clientId"].as_str().unwrap_or("?"),
@@ -127,7 +127,7 @@ pub async fn command(
                         }
                     );
                 } else {
-                    println!("{name}: not signed in");
+                    safe_println!("{name}: not signed in");
                 }
             }
             Ok(())
@@ -169,7 +169,7 @@ async fn login(config: &ServerConfig, json: bool) -> Result<(), Failure> {
             "scopes": grant.scopes, "credentials": path,
         }));
     } else {
-        println!(
+        safe_println!(
             "signed in to \"{}\" (issuer {}, scopes: {}); tokens saved in {}",
             config.name,
             grant.issuer.as_deref().unwrap_or("unknown"),

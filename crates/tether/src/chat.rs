@@ -87,10 +87,10 @@ pub async fn chat(
     let searches = selection.search_tool
         && selection_for(&selection).effective_mode(&tools.snapshot()) != SelectionMode::All;
     if let Some(warning) = crate::semantic::attach(&tools, semantic && searches).await {
-        eprintln!("warning: {warning}");
+        safe_eprintln!("warning: {warning}");
     }
     for line in crate::run::pin_tools(&tools, &registry) {
-        eprintln!("note: {}", crate::render::terminal_safe(&line));
+        safe_eprintln!("note: {}", crate::render::terminal_safe(&line));
     }
     let mut chat = Chat {
         provider,
@@ -147,7 +147,7 @@ impl Chat<'_> {
             Input::Pipe
         };
         if self.interactive {
-            eprintln!(
+            safe_eprintln!(
                 "tether chat with {} and {} tools ({} mode); /help for commands, Ctrl-C cancels an answer, Ctrl-D leaves",
                 self.provider.name(),
                 self.tools.snapshot().tools().len(),
@@ -179,14 +179,14 @@ impl Chat<'_> {
                         continue;
                     }
                     Err(message) => {
-                        eprintln!("error: {message}");
+                        safe_eprintln!("error: {message}");
                         continue;
                     }
                 }
             }
             match attach_resources(self.registry, trimmed).await {
                 Ok((text, _)) => self.turn(vec![Message::user(text)], &current).await,
-                Err(error) => eprintln!("error: {error}"),
+                Err(error) => safe_eprintln!("error: {error}"),
             }
         }
         Ok(())
@@ -196,12 +196,14 @@ impl Chat<'_> {
         match session::sessions_dir().map(|dir| SessionLog::create(&dir, &self.spec)) {
             Some(Ok(log)) => {
                 if self.interactive {
-                    eprintln!("session {} ({})", log.id, log.path().display());
+                    safe_eprintln!("session {} ({})", log.id, log.path().display());
                 }
                 self.log = Some(Arc::new(Mutex::new(log)));
             }
-            Some(Err(error)) => eprintln!("warning: this chat is not saved: {error}"),
-            None => eprintln!("warning: this chat is not saved: no data dir; set TETHER_DATA_DIR"),
+            Some(Err(error)) => safe_eprintln!("warning: this chat is not saved: {error}"),
+            None => {
+                safe_eprintln!("warning: this chat is not saved: no data dir; set TETHER_DATA_DIR")
+            }
         }
     }
 
@@ -221,7 +223,7 @@ impl Chat<'_> {
         let mut log = SessionLog::reopen(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         show_transcript(&loaded);
         if loaded.interrupted {
-            eprintln!(
+            safe_eprintln!(
                 "(the last turn was interrupted: Tether stopped during it; its messages are kept and unfinished tool calls are marked as interrupted)"
             );
             let _ = log.append(&Record::Turn {
@@ -229,7 +231,7 @@ impl Chat<'_> {
                 usage: Usage::default(),
             });
         }
-        eprintln!(
+        safe_eprintln!(
             "resumed session {} ({}{})",
             loaded.id,
             turns(loaded.turns),
@@ -250,7 +252,7 @@ impl Chat<'_> {
             && let Ok(mut log) = log.lock()
             && let Err(error) = log.append(&record)
         {
-            eprintln!("warning: cannot save the session: {error}");
+            safe_eprintln!("warning: cannot save the session: {error}");
         }
     }
 
@@ -332,10 +334,10 @@ impl Chat<'_> {
             Ok(outcome) => {
                 match outcome.stopped {
                     Some(reason) => safe_eprintln!("\n{reason}"),
-                    None => println!(),
+                    None => safe_println!(),
                 }
                 if self.interactive {
-                    eprintln!(
+                    safe_eprintln!(
                         "({} in, {} out tokens; {:.1}s)",
                         usage.input_tokens,
                         usage.output_tokens,
@@ -343,7 +345,7 @@ impl Chat<'_> {
                     );
                 }
             }
-            Err(AgentError::Cancelled) => eprintln!("\n(cancelled)"),
+            Err(AgentError::Cancelled) => safe_eprintln!("\n(cancelled)"),
             Err(AgentError::Model(error)) => safe_eprintln!("\nerror: {error}"),
         }
     }
@@ -365,9 +367,9 @@ impl Chat<'_> {
             "/quit" | "/exit" => return Ok(Step::Quit),
             "/help" => {
                 for (name, help) in COMMANDS {
-                    println!("  {name:<11} {help}");
+                    safe_println!("  {name:<11} {help}");
                 }
-                println!(
+                safe_println!(
                     "  @server:uri in a message attaches that resource; a line ending in \\ continues"
                 );
             }
@@ -397,7 +399,7 @@ impl Chat<'_> {
                     }
                 }
                 if searching {
-                    println!(
+                    safe_println!(
                         "  ({} mode: * marks the {} tools sent to the model; the others are found by search)",
                         mode.as_str(),
                         snapshot.always_loaded_definitions().len() + loaded.len()
@@ -432,7 +434,7 @@ impl Chat<'_> {
             "/add" => {
                 let spec = rest.trim();
                 if spec.is_empty() {
-                    eprintln!("usage: /add [NAME=]COMMAND [ARGS…] or /add [NAME=]https://URL");
+                    safe_eprintln!("usage: /add [NAME=]COMMAND [ARGS…] or /add [NAME=]https://URL");
                     return Ok(Step::Continue);
                 }
                 let taken: Vec<String> = self
@@ -452,7 +454,7 @@ impl Chat<'_> {
                 match config {
                     Err(error) => safe_eprintln!("error: {error}"),
                     Ok(config) => match self.registry.add(config, host).await {
-                        Ok(connection) => println!("  {}: connected", connection.name()),
+                        Ok(connection) => safe_println!("  {}: connected", connection.name()),
                         Err(error) => safe_eprintln!("error: {error}"),
                     },
                 }
@@ -461,7 +463,7 @@ impl Chat<'_> {
             "/remove" => {
                 let name = rest.trim();
                 match self.registry.remove(name).await {
-                    Ok(()) => println!("  {name}: stopped; its tools are gone"),
+                    Ok(()) => safe_println!("  {name}: stopped; its tools are gone"),
                     Err(error) => safe_eprintln!("error: {error}"),
                 }
                 self.refresh_tools().await;
@@ -476,12 +478,12 @@ impl Chat<'_> {
                 if chosen.is_empty() {
                     match self.registry.connection(named) {
                         Err(error) => safe_eprintln!("error: {error}"),
-                        Ok(_) => println!("no connected servers"),
+                        Ok(_) => safe_println!("no connected servers"),
                     }
                 }
                 for connection in chosen {
                     match connection.reconnect().await {
-                        Ok(()) => println!("  {}: reconnected", connection.name()),
+                        Ok(()) => safe_println!("  {}: reconnected", connection.name()),
                         Err(error) => safe_println!("  {}: {error}", connection.name()),
                     }
                 }
@@ -525,7 +527,7 @@ impl Chat<'_> {
             "/prompt" => return expand_prompt(self.registry, rest).await.map(Step::Send),
             "/model" => {
                 if rest.is_empty() {
-                    println!("model: {}", self.provider.name());
+                    safe_println!("model: {}", self.provider.name());
                 } else {
                     let provider = build_provider(rest, &self.args, &self.settings)
                         .await
@@ -537,7 +539,7 @@ impl Chat<'_> {
                     self.save(Record::Model {
                         model: rest.to_string(),
                     });
-                    println!("model: {}", self.provider.name());
+                    safe_println!("model: {}", self.provider.name());
                 }
             }
             "/approve" => {
@@ -547,17 +549,17 @@ impl Chat<'_> {
                     "never" => ApprovalMode::Never,
                     other => return Err(format!("/approve {other}: use ask, auto or never")),
                 };
-                println!("approval: {rest}");
+                safe_println!("approval: {rest}");
             }
             "/system" => {
                 if rest.is_empty() {
-                    println!(
+                    safe_println!(
                         "{}",
                         self.options.system_prompt.as_deref().unwrap_or("(none)")
                     );
                 } else {
                     self.options.system_prompt = Some(rest.to_string());
-                    println!("system prompt set");
+                    safe_println!("system prompt set");
                 }
             }
             "/root" => {
@@ -565,15 +567,15 @@ impl Chat<'_> {
                 let root = tether_mcp::Root::directory(&dir);
                 if let Ok(mut roots) = self.host.roots.lock() {
                     if roots.contains(&root) {
-                        println!("{} is already a root", dir.display());
+                        safe_println!("{} is already a root", dir.display());
                         return Ok(Step::Continue);
                     }
                     roots.push(root);
                 }
                 for error in self.registry.roots_changed().await {
-                    eprintln!("warning: {error}");
+                    safe_eprintln!("warning: {error}");
                 }
-                println!("added root {}", dir.display());
+                safe_println!("added root {}", dir.display());
             }
             "/result" => {
                 let n: usize = if rest.is_empty() {
@@ -592,7 +594,7 @@ impl Chat<'_> {
                     })
                     .nth(n.saturating_sub(1));
                 match found {
-                    Some((name, content)) => println!(
+                    Some((name, content)) => safe_println!(
                         "{}",
                         crate::render::terminal_safe(&format!("{name}:\n{content}"))
                     ),
@@ -602,10 +604,10 @@ impl Chat<'_> {
             "/clear" => {
                 self.conversation.clear();
                 self.save(Record::Clear);
-                println!("conversation cleared");
+                safe_println!("conversation cleared");
             }
             "/compact" => self.compact().await?,
-            "/usage" => println!(
+            "/usage" => safe_println!(
                 "{} in, {} out tokens this session ({} messages in context)",
                 self.usage.input_tokens,
                 self.usage.output_tokens,
@@ -618,12 +620,12 @@ impl Chat<'_> {
                 self.save(Record::Name {
                     name: rest.to_string(),
                 });
-                println!("session named \"{rest}\"");
+                safe_println!("session named \"{rest}\"");
             }
             "/sessions" => {
                 let dir = session::sessions_dir().ok_or("no data dir")?;
                 for loaded in session::list(&dir).iter().take(20) {
-                    println!("  {}", session_line(loaded));
+                    safe_println!("  {}", session_line(loaded));
                 }
             }
             "/resume" => {
@@ -665,7 +667,7 @@ impl Chat<'_> {
                     session::to_markdown(&loaded)
                 };
                 std::fs::write(path, text).map_err(|e| format!("/export {rest}: {e}"))?;
-                println!("wrote {}", path.display());
+                safe_println!("wrote {}", path.display());
             }
             other => {
                 return Err(match closest_command(other) {
@@ -717,7 +719,7 @@ impl Chat<'_> {
         for message in self.conversation.clone() {
             self.save(Record::Message { message });
         }
-        eprintln!(
+        safe_eprintln!(
             "compacted {before} earlier messages into a summary ({} tokens)",
             summary.usage.output_tokens
         );

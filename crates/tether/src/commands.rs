@@ -252,7 +252,7 @@ async fn tester_command(
             if json {
                 render::print_json(&json!(values));
             } else {
-                values.iter().for_each(|v| println!("{v}"));
+                values.iter().for_each(|v| safe_println!("{v}"));
             }
             Ok(())
         }
@@ -342,7 +342,7 @@ async fn batch_command(
     for (place, line, json, command) in commands {
         if !json {
             // On stderr, so standard output stays the commands' own output.
-            eprintln!("── {place}: {}", render::terminal_safe(&line));
+            safe_eprintln!("── {place}: {}", render::terminal_safe(&line));
         }
         if let Err(failure) = tester_command(&registry, settings, command, json).await {
             let message = failure
@@ -503,7 +503,7 @@ fn builtin_when_unconfigured(
     timeout: Option<Duration>,
 ) -> Result<Vec<ServerConfig>, Failure> {
     if say {
-        eprintln!(
+        safe_eprintln!(
             "note: no MCP servers configured, so this is the built-in server `run` and `chat` use here; pass --stdio \"COMMAND ARGS\" or --url URL, or write .tether.json (see README), to test your own"
         );
     }
@@ -546,10 +546,10 @@ pub(crate) fn print_error(message: &str, exit_code: Option<u8>) {
         if let Some(code) = exit_code {
             error["exitCode"] = json!(code);
         }
-        eprintln!("{}", json!({ "error": error }));
+        safe_eprintln!("{}", json!({ "error": error }));
     } else {
         // Errors quote servers (their messages, URLs, last stderr lines).
-        eprintln!("error: {}", crate::render::terminal_safe(message));
+        safe_eprintln!("error: {}", crate::render::terminal_safe(message));
     }
 }
 

@@ -118,7 +118,7 @@ impl TerminalHost {
                 {
                     return;
                 }
-                eprintln!("{line}");
+                safe_eprintln!("{line}");
             }
         }
     }
@@ -363,7 +363,7 @@ async fn fill_form(schema: &Value) -> Option<Map<String, Value>> {
                 if !is_required {
                     break;
                 }
-                eprintln!("  {label} is required");
+                safe_eprintln!("  {label} is required");
                 continue;
             }
             match form_value(kind, &line, &choices) {
@@ -371,7 +371,7 @@ async fn fill_form(schema: &Value) -> Option<Map<String, Value>> {
                     values.insert(name.clone(), value);
                     break;
                 }
-                Err(problem) => eprintln!("  {problem}"),
+                Err(problem) => safe_eprintln!("  {problem}"),
             }
         }
     }

@@ -2,24 +2,6 @@
 //! or ad-hoc flags, runs one command and maps failures to documented exit codes. It is glue:
 //! connections live in `tether-mcp`, printing in `render`, argument parsing in `arguments`.
 
-/// `eprintln!` for the whole binary, shadowing std's: a line to standard error that cannot be
-/// written (`tether batch FILE 2>&1 | head -1` closes the pipe) is dropped, as standard output's
-/// are, instead of panicking. Defined before the modules so every one of them uses it.
-macro_rules! eprintln {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
-}
-
-/// `eprint!`, as [`eprintln!`] above: a failed write to standard error is dropped.
-macro_rules! eprint {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stderr(), $($arg)*);
-    }};
-}
-
 // First, so its safe_println!/safe_eprintln! reach every module after it.
 #[macro_use]
 mod render;
@@ -488,7 +470,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
+            safe_eprintln!("error: cannot start the async runtime: {error}");
             return ExitCode::from(exit::USAGE);
         }
     };
@@ -499,7 +481,7 @@ fn main() -> ExitCode {
             resume: None,
         },
         None => {
-            eprintln!(
+            safe_eprintln!(
                 "error: no command; `tether --help` lists them (plain `tether` starts a chat only in a terminal)"
             );
             return ExitCode::from(exit::USAGE);

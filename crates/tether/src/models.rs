@@ -263,20 +263,20 @@ pub(crate) fn progress_printer(what: &'static str) -> impl Fn(u64, Option<u64>, 
         };
         let percent = done * 100 / total;
         if terminal {
-            eprint!(
-                "\rdownloading {what} from {source}: {percent:3}% ({:.0}/{:.0} MB)",
+            crate::render::redraw_status(&format!(
+                "downloading {what} from {source}: {percent:3}% ({:.0}/{:.0} MB)",
                 mb(done),
                 mb(total)
-            );
+            ));
             if done >= total {
-                eprintln!();
+                safe_eprintln!();
             }
         } else {
             let quarter = percent / 25;
             if quarter > last_quarter.swap(quarter, std::sync::atomic::Ordering::Relaxed)
                 || done == 0
             {
-                eprintln!("downloading {what} from {source}: {percent}%");
+                safe_eprintln!("downloading {what} from {source}: {percent}%");
             }
         }
     }
@@ -319,7 +319,7 @@ pub async fn model_command(action: &str) -> Result<(), Failure> {
     {
         use tether_local::provision;
         if action == "path" {
-            println!(
+            safe_println!(
                 "{}",
                 provision::model_dir()
                     .join(provision::DEFAULT_MODEL_FILE)
@@ -331,12 +331,12 @@ pub async fn model_command(action: &str) -> Result<(), Failure> {
         let path = provision::ensure_default_model(&progress)
             .await
             .map_err(Failure::partial)?;
-        println!("{}", path.display());
+        safe_println!("{}", path.display());
         let progress = progress_printer("the search encoder");
         let encoder = provision::ensure_encoder_model(&progress)
             .await
             .map_err(Failure::partial)?;
-        println!("{}", encoder.display());
+        safe_println!("{}", encoder.display());
         Ok(())
     }
     #[cfg(not(feature = "local"))]

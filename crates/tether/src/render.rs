@@ -12,19 +12,63 @@ use tether_protocol::{
     ResourceTemplate, Role, ToolResult,
 };
 
-/// `println!` for text that holds anything a server or a model wrote.
+// The binary's terminal sink. Every line the binary prints goes through one of these three
+// macros (clippy's `disallowed-macros` in crates/tether/clippy.toml refuses std's print
+// macros everywhere else), so what a server or a model wrote never reaches the terminal with
+// its escape sequences, and a closed stdout or stderr (`tether … | head -1`) drops the write
+// instead of panicking. Our own styling (colours, a line redrawn in place) goes through the
+// functions below, which make the text safe themselves.
+
+/// A line on stdout, terminal-safe.
 macro_rules! safe_println {
-    ($($arg:tt)*) => {
-        println!("{}", $crate::render::terminal_safe(&format!($($arg)*)))
-    };
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout());
+    }};
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), "{}", $crate::render::terminal_safe(&format!($($arg)*)));
+    }};
 }
 
-/// `eprintln!` for text that holds anything a server or a model wrote (a failure quoting a
-/// server's stderr, a provider's error body).
+/// Text on stdout, terminal-safe, flushed (a prompt, a streamed answer).
+macro_rules! safe_print {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut out = std::io::stdout();
+        let _ = write!(out, "{}", $crate::render::terminal_safe(&format!($($arg)*)));
+        let _ = out.flush();
+    }};
+}
+
+/// A line on stderr, terminal-safe.
 macro_rules! safe_eprintln {
-    ($($arg:tt)*) => {
-        eprintln!("{}", $crate::render::terminal_safe(&format!($($arg)*)))
-    };
+    () => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr());
+    }};
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "{}", $crate::render::terminal_safe(&format!($($arg)*)));
+    }};
+}
+
+/// Redraws the current stderr line with `text` (a spinner, a download's progress): the line
+/// is cleared first, `text` made terminal-safe, no newline.
+pub fn redraw_status(text: &str) {
+    use std::io::Write as _;
+    let _ = write!(std::io::stderr(), "\r\x1b[2K{}", terminal_safe(text));
+}
+
+/// Clears the current stderr line (a spinner or progress line that is done).
+pub fn clear_status() {
+    redraw_status("");
+}
+
+/// A line on stderr in red (a failed call in a coloured chat), terminal-safe.
+pub fn eprintln_red(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "\x1b[31m{}\x1b[0m", terminal_safe(line));
 }
 
 /// `text` without what a terminal would act on instead of showing: escape sequences
@@ -75,7 +119,7 @@ pub fn terminal_safe(text: &str) -> Cow<'_, str> {
 
 /// Prints a value as pretty JSON on stdout (JSON escapes control characters itself).
 pub fn print_json(value: &Value) {
-    println!(
+    safe_println!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
     );
@@ -460,9 +504,9 @@ impl ProgressBar {
         );
         let line = terminal_safe(&line);
         if self.live {
-            eprint!("\r\x1b[2K{line}");
+            redraw_status(&line);
         } else {
-            eprintln!("{line}");
+            safe_eprintln!("{line}");
         }
         self.drawn = true;
     }
@@ -470,7 +514,7 @@ impl ProgressBar {
     /// Clears the live line, if one was drawn.
     pub fn finish(&mut self) {
         if self.live && self.drawn {
-            eprint!("\r\x1b[2K");
+            clear_status();
         }
         self.drawn = false;
     }

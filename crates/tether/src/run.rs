@@ -122,10 +122,10 @@ pub async fn run(
     let searches = selection.search_tool
         && selection_for(&selection).effective_mode(&catalog.snapshot()) != SelectionMode::All;
     if let Some(warning) = crate::semantic::attach(&catalog, semantic && searches).await {
-        eprintln!("warning: {warning}");
+        safe_eprintln!("warning: {warning}");
     }
     for line in pin_tools(&catalog, &registry) {
-        eprintln!("note: {}", terminal_safe(&line));
+        safe_eprintln!("note: {}", terminal_safe(&line));
     }
     // "[r]emember" writes where chat writes: the config in use, else the user's config.
     let terminal =
@@ -167,7 +167,7 @@ pub async fn run(
     match outcome {
         Ok(outcome) => {
             if outcome.stopped.is_none() {
-                println!();
+                safe_println!();
             }
             exit_for(outcome.reason, outcome.text)
         }

@@ -69,7 +69,7 @@ impl tether_catalog::TextEncoder for LazyMiniLm {
                 .get_or_init(|| match tether_encoder::SentenceEncoder::load(&self.dir) {
                     Ok(encoder) => Some(encoder),
                     Err(e) => {
-                        eprintln!("warning: {e}; tool search stays lexical");
+                        safe_eprintln!("warning: {e}; tool search stays lexical");
                         None
                     }
                 });

@@ -112,7 +112,7 @@ pub async fn serve(
         .await
         .map_err(|e| Failure::usage(e.to_string()))?;
     for failure in failures {
-        eprintln!("tether serve: {failure}");
+        safe_eprintln!("tether serve: {failure}");
     }
     let outcome = match http {
         None => tether_mcp::serve_stdio(gateway.session())
@@ -124,7 +124,7 @@ pub async fn serve(
                 .await
                 .map_err(|e| Failure::usage(format!("--http {addr}: cannot listen: {e}")))?;
             let bound = listener.local_addr().unwrap_or(addr);
-            eprintln!("tether serve: listening on http://{bound}{MCP_PATH}");
+            safe_eprintln!("tether serve: listening on http://{bound}{MCP_PATH}");
             let shutdown = CancellationToken::new();
             tokio::spawn(stop_on_signal(shutdown.clone()));
             let sessions = gateway.clone();

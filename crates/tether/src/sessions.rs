@@ -89,7 +89,7 @@ pub fn sessions_command(export: Option<String>, json: bool) -> Result<(), Failur
         if json {
             crate::render::print_json(&session::to_json(&loaded));
         } else {
-            print!("{}", session::to_markdown(&loaded));
+            safe_print!("{}", session::to_markdown(&loaded));
         }
         return Ok(());
     }
@@ -106,10 +106,10 @@ pub fn sessions_command(export: Option<String>, json: bool) -> Result<(), Failur
         return Ok(());
     }
     if sessions.is_empty() {
-        println!("no saved sessions in {}", dir.display());
+        safe_println!("no saved sessions in {}", dir.display());
     }
     for loaded in &sessions {
-        println!("{}", session_line(loaded));
+        safe_println!("{}", session_line(loaded));
     }
     Ok(())
 }

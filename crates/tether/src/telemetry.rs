@@ -58,7 +58,7 @@ pub fn install() -> Option<SdkTracerProvider> {
     if let Ok(protocol) = std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL")
         && protocol != "http/json"
     {
-        eprintln!(
+        safe_eprintln!(
             "tether serve: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported; traces are sent as http/json"
         );
     }
@@ -78,7 +78,7 @@ pub fn install() -> Option<SdkTracerProvider> {
     {
         Ok(exporter) => exporter,
         Err(error) => {
-            eprintln!("tether serve: OpenTelemetry traces are off: {error}");
+            safe_eprintln!("tether serve: OpenTelemetry traces are off: {error}");
             return None;
         }
     };

@@ -123,12 +123,15 @@ async fn spin_until_first(rx: &mut mpsc::UnboundedReceiver<AgentEvent>) -> Optio
         tokio::select! {
             event = rx.recv() => break event,
             _ = tick.tick() => {
-                eprint!("\r{} waiting for the model", FRAMES[frame % FRAMES.len()]);
+                crate::render::redraw_status(&format!(
+                    "{} waiting for the model",
+                    FRAMES[frame % FRAMES.len()]
+                ));
                 frame += 1;
             }
         }
     };
-    eprint!("\r\x1b[2K");
+    crate::render::clear_status();
     first
 }
 
@@ -160,7 +163,7 @@ impl EventView {
                     message: message.clone(),
                 })
             {
-                eprintln!("warning: cannot save the session: {error}");
+                safe_eprintln!("warning: cannot save the session: {error}");
             }
             return;
         }
@@ -187,7 +190,7 @@ impl EventView {
                 name, arguments, ..
             } => {
                 self.flush_markdown();
-                eprintln!(
+                safe_eprintln!(
                     "→ {} {}",
                     terminal_safe(&name),
                     clip(&arguments.to_string(), 200)
@@ -229,9 +232,9 @@ impl EventView {
                 );
                 let line = terminal_safe(&line);
                 if is_error && self.markdown.as_ref().is_some_and(|m| m.colored()) {
-                    eprintln!("\x1b[31m{line}\x1b[0m");
+                    crate::render::eprintln_red(&line);
                 } else {
-                    eprintln!("{line}");
+                    safe_eprintln!("{line}");
                 }
             }
             // The text front ends ask their questions through their own host and approver,
@@ -258,14 +261,14 @@ impl EventView {
                     Some(query) => format!("+ search \"{query}\" loaded {}", names.join(", ")),
                     None => format!("+ {reason} {}", names.join(", ")),
                 };
-                eprintln!("{}", terminal_safe(&line));
+                safe_eprintln!("{}", terminal_safe(&line));
             }
-            AgentEvent::Notice { message } => eprintln!("note: {}", terminal_safe(&message)),
+            AgentEvent::Notice { message } => safe_eprintln!("note: {}", terminal_safe(&message)),
             AgentEvent::ServerRestarted {
                 server,
                 restarts,
                 reason,
-            } => eprintln!(
+            } => safe_eprintln!(
                 "note: {}",
                 terminal_safe(&AgentEvent::restart_line(&server, restarts, &reason))
             ),

@@ -132,7 +132,7 @@ pub(crate) async fn tools_search_command(
 ) -> Result<(), Failure> {
     let (catalog, list_errors) = ToolCatalog::load(registry).await;
     if let Some(warning) = crate::semantic::attach(&catalog, semantic).await {
-        eprintln!("warning: {warning}");
+        safe_eprintln!("warning: {warning}");
     }
     let snapshot = catalog.snapshot();
     let hits = snapshot.search(query, limit.max(1));
@@ -153,13 +153,13 @@ pub(crate) async fn tools_search_command(
     if json {
         render::print_json(&Value::Array(rows));
     } else if rows.is_empty() {
-        println!(
+        safe_println!(
             "(no tool matches \"{query}\" among {} tools)",
             snapshot.tools().len()
         );
     } else {
         for (hit, row) in hits.iter().zip(&rows) {
-            println!(
+            safe_println!(
                 "{:>8.3}{} {}  {}",
                 hit.score,
                 if hit.exact { "=" } else { " " },
@@ -171,7 +171,7 @@ pub(crate) async fn tools_search_command(
     if let Some(names) = query.trim().strip_prefix("select:") {
         let missing = snapshot.unknown_selections(names);
         if !missing.is_empty() {
-            eprintln!("warning: no tool is named {}", missing.join(", "));
+            safe_eprintln!("warning: no tool is named {}", missing.join(", "));
         }
     }
     let mut errors: Vec<String> = registry.failures().map(|e| e.to_string()).collect();
@@ -226,9 +226,9 @@ pub(crate) async fn tools_tokens_command(
             "contextWindow": window,
         }));
     } else {
-        println!("{:<24} {:>6} {:>9}", "server", "tools", "tokens");
+        safe_println!("{:<24} {:>6} {:>9}", "server", "tools", "tokens");
         for server in &servers {
-            println!(
+            safe_println!(
                 "{:<24} {:>6} {:>9}{}",
                 server["server"].as_str().unwrap_or_default(),
                 server["tools"].as_u64().unwrap_or_default(),
@@ -240,9 +240,9 @@ pub(crate) async fn tools_tokens_command(
                 }
             );
         }
-        println!("{:<24} {:>6} {:>9}", "total", snapshot.tools().len(), total);
-        println!();
-        println!("tokens of tool definitions per request, before a search loads any tool:");
+        safe_println!("{:<24} {:>6} {:>9}", "total", snapshot.tools().len(), total);
+        safe_println!();
+        safe_println!("tokens of tool definitions per request, before a search loads any tool:");
         for (mode, tokens) in &modes {
             let note = match mode {
                 tether_catalog::SelectionMode::Auto => format!(
@@ -252,7 +252,7 @@ pub(crate) async fn tools_tokens_command(
                 tether_catalog::SelectionMode::Search => "  (+ each loaded tool)".to_string(),
                 _ => String::new(),
             };
-            println!("  --tools {:<7} {:>9}{note}", mode.as_str(), tokens);
+            safe_println!("  --tools {:<7} {:>9}{note}", mode.as_str(), tokens);
         }
     }
     let mut errors: Vec<String> = registry.failures().map(|e| e.to_string()).collect();
@@ -280,7 +280,7 @@ pub(crate) async fn call_command(
             // A task's steps are events of their own under --json, one line each before
             // the result.
             if json && let Some(task) = &progress.task {
-                println!(
+                safe_println!(
                     "{}",
                     json!({"type": "task", "taskId": task.task_id, "status": task.status, "message": progress.message})
                 );
@@ -301,7 +301,9 @@ pub(crate) async fn call_command(
     }
     if result.is_error {
         if !json {
-            eprintln!("error: server \"{server}\": tool \"{tool}\" returned an error (isError)");
+            safe_eprintln!(
+                "error: server \"{server}\": tool \"{tool}\" returned an error (isError)"
+            );
         }
         return Err(Failure::tool_error());
     }
@@ -432,9 +434,9 @@ pub(crate) async fn pins_command(
                                "tools": pins.tools.iter().map(|(tool, pin)| json!({"name": tool, "sha256": pin.sha256})).collect::<Vec<_>>()})
                     })
                     .collect();
-                println!("{}", Value::Array(rows));
+                safe_println!("{}", Value::Array(rows));
             } else if book.servers().is_empty() {
-                eprintln!(
+                safe_eprintln!(
                     "no pins yet ({}); they are taken the first time `run`, `chat` or `serve` sees a server",
                     path.display()
                 );
@@ -446,7 +448,7 @@ pub(crate) async fn pins_command(
                         pins.pinned_at,
                         pins.endpoint
                     );
-                    println!("{}", crate::render::terminal_safe(&line));
+                    safe_println!("{}", crate::render::terminal_safe(&line));
                 }
             }
             Ok(())
@@ -460,7 +462,7 @@ pub(crate) async fn pins_command(
             let tools = listed?;
             book.accept(&server, &endpoint, &tools);
             book.save().map_err(|e| Failure::usage(e.to_string()))?;
-            eprintln!(
+            safe_eprintln!(
                 "pinned {} tools of \"{server}\" as they are now",
                 tools.len()
             );
@@ -469,12 +471,12 @@ pub(crate) async fn pins_command(
         crate::PinsAction::Reset { server } => {
             if book.reset(server.as_deref()) {
                 book.save().map_err(|e| Failure::usage(e.to_string()))?;
-                eprintln!(
+                safe_eprintln!(
                     "forgot the pins of {}; they are taken again on the next run",
                     server.map_or("every server".into(), |s| format!("\"{s}\""))
                 );
             } else {
-                eprintln!(
+                safe_eprintln!(
                     "nothing was pinned{}",
                     server.map_or(String::new(), |s| format!(" for \"{s}\""))
                 );
