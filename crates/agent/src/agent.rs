@@ -20,7 +20,6 @@ use tether_llm::{
     ChatRequest, ChatResponse, LlmError, Provider, ResponseBuilder, RetryPolicy, StreamEvent,
     ToolChoice,
 };
-use tether_mcp::ServerRegistry;
 use tether_mcp::error::near_matches;
 use tether_protocol::chat::{Message, ToolCall, ToolDefinition, Usage};
 use tether_protocol::{QualifiedTool, ToolResult};
@@ -31,6 +30,7 @@ use crate::events::{AgentEvent, StopReason, ToolKind};
 use crate::overflow;
 use crate::prompt_mode::{parse_tool_calls, render_history, tools_prompt};
 use crate::results::{DEFAULT_MAX_RESULT_CHARS, result_text, truncate};
+use crate::servers::ToolServers;
 
 /// How tools are offered to the model.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -150,7 +150,7 @@ pub enum AgentError {
 /// The loop over one provider and one set of servers.
 pub struct Agent<'a> {
     provider: &'a dyn Provider,
-    registry: &'a ServerRegistry,
+    registry: &'a dyn ToolServers,
     catalog: ToolCatalog,
     selection: Arc<dyn ToolSelection>,
     approver: &'a dyn Approver,
@@ -182,7 +182,7 @@ impl<'a> Agent<'a> {
     /// turns, so tools loaded by a search and a refreshed catalogue outlive one turn.
     pub fn new(
         provider: &'a dyn Provider,
-        registry: &'a ServerRegistry,
+        registry: &'a dyn ToolServers,
         catalog: ToolCatalog,
         selection: Arc<dyn ToolSelection>,
         approver: &'a dyn Approver,
@@ -208,7 +208,7 @@ impl<'a> Agent<'a> {
     /// Re-lists the servers that announced a change, so the next model request (of this turn
     /// and of every later one sharing the catalogue) sees their current tools.
     async fn refresh_tools(&mut self, events: &UnboundedSender<AgentEvent>) {
-        let Some(refresh) = self.catalog.refresh(self.registry).await else {
+        let Some(refresh) = self.registry.refresh(&self.catalog).await else {
             return;
         };
         for report in self.catalog.take_pin_reports() {
@@ -277,20 +277,11 @@ impl<'a> Agent<'a> {
              accurately; pass arguments that match its schema; if a tool returns an error, read it and fix the call \
              or explain the problem. Answer directly when no tool is needed.",
         );
-        for connection in self.registry.connections() {
-            if let Some(instructions) = connection
-                .summary()
-                .instructions
-                .as_deref()
-                .filter(|i| !i.trim().is_empty())
-            {
-                text.push_str(&format!(
-                    "\n\nInstructions from the \"{}\" server (its tools start with \"{}__\"):\n{}",
-                    connection.name(),
-                    connection.name(),
-                    truncate(instructions.trim().to_string(), 4000)
-                ));
-            }
+        for (server, instructions) in self.registry.instructions() {
+            text.push_str(&format!(
+                "\n\nInstructions from the \"{server}\" server (its tools start with \"{server}__\"):\n{}",
+                truncate(instructions.trim().to_string(), 4000)
+            ));
         }
         if let Some(own) = &self.options.system_prompt {
             text.push_str("\n\n");
@@ -354,7 +345,7 @@ impl<'a> Agent<'a> {
         }
         while step < self.options.max_steps {
             self.refresh_tools(events).await;
-            for (changed, update) in crate::attachments::resource_updates(self.registry).await {
+            for (changed, update) in self.registry.resource_updates().await {
                 let _ = events.send(AgentEvent::Notice {
                     message: format!(
                         "resource {} on server \"{}\" changed; re-read it",
@@ -685,10 +676,7 @@ impl<'a> Agent<'a> {
                 call,
             };
         }
-        let trusted = self
-            .registry
-            .connection(&tool.server)
-            .is_ok_and(|connection| connection.config().trust_hints);
+        let trusted = self.registry.trusts_hints(&tool.server);
         let decision = decide(
             self.options.approval_mode,
             &self.options.approval_rules,
@@ -801,20 +789,12 @@ impl<'a> Agent<'a> {
                         });
                     }
                 };
-                let run = async {
-                    match self.registry.connection(&tool.server) {
-                        Ok(connection) => {
-                            connection
-                                .call_tool(
-                                    &tool.tool.name,
-                                    arguments.as_object().cloned(),
-                                    Some(progress_tx),
-                                )
-                                .await
-                        }
-                        Err(error) => Err(error),
-                    }
-                };
+                let run = self.registry.call(
+                    &tool.server,
+                    &tool.tool.name,
+                    arguments.as_object().cloned(),
+                    Some(progress_tx),
+                );
                 // The forwarder ends when the call drops its sender, so every progress
                 // event is emitted before the call's `ToolCallFinished`.
                 let (outcome, ()) = tokio::join!(run, forward);

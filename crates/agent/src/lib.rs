@@ -12,6 +12,7 @@ pub mod prompt_mode;
 pub mod questions;
 pub mod results;
 pub mod sampling;
+pub mod servers;
 pub mod session;
 
 pub use agent::{
@@ -26,6 +27,7 @@ pub use questions::{
     Answer, AnswerAction, ModelSlot, PermissionDecision, Questions, SessionApprover, SessionHost,
 };
 pub use sampling::{answer_sampling, describe_sampling};
+pub use servers::ToolServers;
 pub use session::{
     InputBlock, ModelSource, Op, Session, SessionHandle, SessionParts, event_channel,
 };

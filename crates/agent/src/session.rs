@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tether_catalog::{ApprovalMode, ToolCatalog, ToolSelection};
 use tether_llm::Provider;
-use tether_mcp::ServerRegistry;
 use tether_protocol::chat::{Message, Usage};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::task::JoinHandle;
@@ -28,6 +27,7 @@ use crate::questions::{
     Answer, AnswerAction, ModelSlot, PermissionDecision, Questions, SessionApprover,
     elicitation_answer,
 };
+use crate::servers::ToolServers;
 
 /// What a front end asks of a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,7 +122,7 @@ pub struct SessionParts {
     /// The model in use (shared with the host, which samples with it).
     pub model: ModelSlot,
     /// The servers.
-    pub registry: Arc<ServerRegistry>,
+    pub registry: Arc<dyn ToolServers>,
     /// Their tools.
     pub catalog: ToolCatalog,
     /// How tools are offered.
@@ -160,7 +160,7 @@ pub fn event_channel() -> (UnboundedSender<AgentEvent>, UnboundedReceiver<AgentE
 /// A running session.
 pub struct Session {
     model: ModelSlot,
-    registry: Arc<ServerRegistry>,
+    registry: Arc<dyn ToolServers>,
     catalog: ToolCatalog,
     selection: Arc<dyn ToolSelection>,
     options: AgentOptions,
@@ -209,11 +209,7 @@ impl Session {
         let _ = self.out.send(AgentEvent::SessionStarted {
             schema_version: EVENT_SCHEMA_VERSION,
             model: self.model.spec(),
-            servers: self
-                .registry
-                .connections()
-                .map(|c| c.name().to_string())
-                .collect(),
+            servers: self.registry.names(),
             tools: self.catalog.snapshot().tools().len(),
         });
         loop {
@@ -335,7 +331,9 @@ impl Session {
                 }
             }
         }
-        let (text, _) = crate::attachments::attach_resources(&self.registry, &text)
+        let (text, _) = self
+            .registry
+            .attach(&text)
             .await
             .map_err(|e| e.to_string())?;
         Ok(Message::user(format!("{text}{context}")))
@@ -369,7 +367,7 @@ impl Session {
         let outcome = {
             let mut agent = Agent::new(
                 provider.as_ref(),
-                &self.registry,
+                self.registry.as_ref(),
                 self.catalog.clone(),
                 self.selection.clone(),
                 &self.approver,

@@ -125,7 +125,7 @@ pub(crate) async fn start(start: EngineStart<'_>) -> Result<Engine, Failure> {
     });
     let handle = tether_agent::Session::spawn(SessionParts {
         model,
-        registry: registry.clone(),
+        registry: registry.clone() as Arc<dyn tether_agent::ToolServers>,
         catalog,
         selection: selection_for(&selection),
         options,
