@@ -279,7 +279,27 @@ impl SessionHost {
             "server \"{server}\" is sampling {}",
             provider.name()
         ));
-        answer_sampling(provider.as_ref(), &params).await
+        let answer = answer_sampling(provider.as_ref(), &params).await?;
+        if policy == SamplingPolicy::Ask {
+            // The person who allowed the request also sees what goes back to the server.
+            let draft = describe_sampling(&serde_json::json!({"messages": [answer.clone()]}));
+            let summary =
+                format!("draft answer for \"{server}\":\n{draft}\nsend it to the server?");
+            let sent = self
+                .questions
+                .ask(|request_id| AgentEvent::SamplingRequested {
+                    request_id,
+                    server: server.to_string(),
+                    call_id: None,
+                    summary,
+                    options: vec![PermissionOption::AllowOnce, PermissionOption::RejectOnce],
+                })
+                .await;
+            if !matches!(sent, Answer::Decision(d) if d.allows()) {
+                return Err("the user withheld the sampled answer".into());
+            }
+        }
+        Ok(answer)
     }
 }
 

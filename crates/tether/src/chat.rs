@@ -290,7 +290,7 @@ impl Chat<'_> {
                 .then(|| std::env::var_os("NO_COLOR").is_none()),
             spinner: self.interactive,
         };
-        let (events, renderer) = spawn_styled_renderer(false, self.log.clone(), style);
+        let (events, renderer) = spawn_styled_renderer(self.log.clone(), style);
         if let Ok(mut slot) = self.host.events.lock() {
             *slot = Some(events.clone());
         }

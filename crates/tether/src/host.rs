@@ -169,33 +169,6 @@ impl TerminalHost {
         }
         Ok(answer)
     }
-
-    async fn elicit_interactively(
-        &self,
-        server: &str,
-        request: ElicitationRequest,
-    ) -> ElicitationAnswer {
-        match request {
-            ElicitationRequest::Url { message, url, .. } => {
-                let question = format!(
-                    "\nserver \"{server}\" asks you to visit a URL: {message}\n  {url}\n(Tether does not open it.) done there? [y]es / [n]o (decline) / [c]ancel, then Enter: "
-                );
-                choice(ask(question).await, ElicitationAnswer::Accept(Map::new()))
-            }
-            ElicitationRequest::Form { message, schema } => {
-                let question = format!(
-                    "\nserver \"{server}\" asks: {message}\nanswer? [y]es / [n]o (decline) / [c]ancel, then Enter: "
-                );
-                match choice(ask(question).await, ElicitationAnswer::Accept(Map::new())) {
-                    ElicitationAnswer::Accept(_) => match fill_form(&schema).await {
-                        Some(values) => ElicitationAnswer::Accept(values),
-                        None => ElicitationAnswer::Cancel,
-                    },
-                    other => other,
-                }
-            }
-        }
-    }
 }
 
 impl HostHandler for TerminalHost {
@@ -233,7 +206,7 @@ impl HostHandler for TerminalHost {
                 });
                 return ElicitationAnswer::Decline;
             }
-            self.elicit_interactively(server, request).await
+            elicit_on_terminal(server, request).await
         })
     }
 
@@ -288,6 +261,34 @@ impl HostHandler for TerminalHost {
             }
         };
         self.show(AgentEvent::Notice { message });
+    }
+}
+
+/// Asks a server's elicitation on the terminal: a URL to visit, or a form filled in field by
+/// field.
+pub(crate) async fn elicit_on_terminal(
+    server: &str,
+    request: ElicitationRequest,
+) -> ElicitationAnswer {
+    match request {
+        ElicitationRequest::Url { message, url, .. } => {
+            let question = format!(
+                "\nserver \"{server}\" asks you to visit a URL: {message}\n  {url}\n(Tether does not open it.) done there? [y]es / [n]o (decline) / [c]ancel, then Enter: "
+            );
+            choice(ask(question).await, ElicitationAnswer::Accept(Map::new()))
+        }
+        ElicitationRequest::Form { message, schema } => {
+            let question = format!(
+                "\nserver \"{server}\" asks: {message}\nanswer? [y]es / [n]o (decline) / [c]ancel, then Enter: "
+            );
+            match choice(ask(question).await, ElicitationAnswer::Accept(Map::new())) {
+                ElicitationAnswer::Accept(_) => match fill_form(&schema).await {
+                    Some(values) => ElicitationAnswer::Accept(values),
+                    None => ElicitationAnswer::Cancel,
+                },
+                other => other,
+            }
+        }
     }
 }
 

@@ -6,19 +6,17 @@ use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
-use tether_agent::{Agent, AgentError, Approver, NonInteractive, StopReason, attach_resources};
-use tether_catalog::{SelectionMode, ToolCatalog, selection_for};
-use tether_llm::Provider;
+use tether_agent::{AgentEvent, InputBlock, Op, StopReason};
+use tether_catalog::ToolCatalog;
 use tether_mcp::{ServerConfig, ServerRegistry};
-use tether_protocol::chat::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::Failure;
-use crate::approver::TerminalApprover;
+use crate::approver::TerminalAnswers;
+use crate::engine::{EngineStart, start};
 use crate::host::TerminalHost;
-use crate::models::{ModelArgs, Setup, model_failure, setup};
-use crate::render::terminal_safe;
-use crate::terminal_view::spawn_renderer;
+use crate::models::ModelArgs;
+use crate::terminal_view::{EventView, Style};
 
 /// Exit code of a run stopped by the step limit or repeated failures.
 const EXIT_STOPPED: u8 = 4;
@@ -74,8 +72,9 @@ pub(crate) fn watch_ctrl_c(current: Arc<Mutex<CancellationToken>>) {
     });
 }
 
-/// `tether run "question"`: `--json` runs on the engine's session (json_run.rs); the text
-/// front end drives the loop itself.
+/// `tether run "question"`: a session on the engine (`engine.rs`), its events shown on the
+/// terminal (or as JSON lines with `--json`, json_run.rs), its questions asked on the terminal
+/// when there is one and refused otherwise.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     servers: Vec<ServerConfig>,
@@ -84,7 +83,7 @@ pub async fn run(
     question: String,
     json: bool,
     ops_from_stdin: bool,
-    mut host: TerminalHost,
+    host: TerminalHost,
     config_file: Option<std::path::PathBuf>,
 ) -> Result<(), Failure> {
     if json {
@@ -95,84 +94,70 @@ pub async fn run(
             "--input jsonl reads ops for the JSON event stream; add --json",
         ));
     }
-    let Setup {
-        provider,
-        options,
-        selection,
-        ..
-    } = setup(&args, &settings).await?;
-    let semantic = crate::semantic::enabled(&settings)?;
-    let provider: Arc<dyn Provider> = Arc::from(provider);
-    host.provider = Some(provider.clone());
-    let (events, renderer) = spawn_renderer(false, None);
-    host.events = Mutex::new(Some(events.clone()));
-    let host = Arc::new(host);
-    let registry = ServerRegistry::start_settling(servers, host.clone()).await;
-    for failure in registry.failures() {
-        safe_eprintln!("warning: {failure}");
-    }
-    let (catalog, errors) = ToolCatalog::load(&registry).await;
-    for error in errors {
-        safe_eprintln!("warning: {error}");
-    }
-    // Only a catalogue that will be searched needs the encoder (and its download). The embedded
-    // model is not offered `search_tools` and pre-selects lexically: semantic ranking always
-    // fills its three places with look-alike tools, which cost the 135M model 14 points on the
-    // accuracy bench (docs/decisions.md).
-    let searches = selection.search_tool
-        && selection_for(&selection).effective_mode(&catalog.snapshot()) != SelectionMode::All;
-    if let Some(warning) = crate::semantic::attach(&catalog, semantic && searches).await {
-        safe_eprintln!("warning: {warning}");
-    }
-    for line in pin_tools(&catalog, &registry) {
-        safe_eprintln!("note: {}", terminal_safe(&line));
+    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let roots = host.roots.lock().map(|r| r.clone()).unwrap_or_default();
+    let mut engine = start(EngineStart {
+        servers,
+        settings: &settings,
+        args: &args,
+        roots,
+        log_level: host.log_level,
+        interactive,
+        history: Vec::new(),
+        wait_for_all: false,
+    })
+    .await?;
+    let ops = engine.handle.ops.clone();
+    let _ = ops.send(Op::Prompt {
+        content: vec![InputBlock::Text { text: question }],
+    });
+    let interrupt = CancellationToken::new();
+    watch_ctrl_c(Arc::new(Mutex::new(interrupt.clone())));
+    {
+        let ops = ops.clone();
+        let interrupt = interrupt.clone();
+        tokio::spawn(async move {
+            interrupt.cancelled().await;
+            let _ = ops.send(Op::Interrupt);
+        });
     }
     // "[r]emember" writes where chat writes: the config in use, else the user's config.
-    let terminal =
-        TerminalApprover::remembering_in(config_file.or_else(tether_mcp::config::user_config_path));
-    let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-    let approver: &dyn Approver = if interactive {
-        &terminal
-    } else {
-        &NonInteractive
-    };
-    let mut agent = Agent::new(
-        provider.as_ref(),
-        &registry,
-        catalog,
-        selection_for(&selection),
-        approver,
-        options,
-    );
-
-    let cancel = CancellationToken::new();
-    watch_ctrl_c(Arc::new(Mutex::new(cancel.clone())));
-    let question = match attach_resources(&registry, &question).await {
-        Ok((text, _)) => text,
-        Err(error) => {
-            drop(agent);
-            registry.shutdown().await;
-            return Err(error.into());
+    let answers =
+        TerminalAnswers::remembering_in(config_file.or_else(tether_mcp::config::user_config_path));
+    let mut view = EventView::new(None, Style::default());
+    let mut ended = None;
+    while let Some(event) = engine.handle.events.recv().await {
+        match &event {
+            AgentEvent::TurnEnded {
+                stop_reason, text, ..
+            } => {
+                ended = Some((*stop_reason, text.clone()));
+                let _ = ops.send(Op::Shutdown);
+            }
+            AgentEvent::PermissionRequested { .. }
+            | AgentEvent::ElicitationRequested { .. }
+            | AgentEvent::SamplingRequested { .. } => {
+                view.flush_markdown();
+                if let Some(op) = answers.answer(&event).await {
+                    let _ = ops.send(op);
+                }
+            }
+            _ => view.show(event),
         }
-    };
-    let mut conversation = vec![Message::user(question)];
-    let outcome = agent.run_turn(&mut conversation, &events, &cancel).await;
-    drop(agent);
-    registry.shutdown().await;
-    if let Ok(mut slot) = host.events.lock() {
-        slot.take();
     }
-    drop(events);
-    let _ = renderer.await;
-    match outcome {
-        Ok(outcome) => {
-            if outcome.stopped.is_none() {
+    view.flush_markdown();
+    engine.shut_down().await;
+    match ended {
+        Some((reason, text)) => {
+            if matches!(
+                reason,
+                StopReason::EndTurn | StopReason::MaxTokens | StopReason::Refusal
+            ) {
                 safe_println!();
             }
-            exit_for(outcome.reason, outcome.text)
+            exit_for(reason, text)
         }
-        Err(AgentError::Cancelled) => exit_for(StopReason::Cancelled, String::new()),
-        Err(AgentError::Model(error)) => Err(model_failure(&error)),
+        None => Err(Failure::partial("the session ended before the turn did")),
     }
 }
 

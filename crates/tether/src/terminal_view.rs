@@ -50,18 +50,6 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
     }
 }
 
-/// Prints events as they arrive: text to stdout, tool activity to stderr; or JSON lines.
-/// Messages go to `session` (synced to disk) as they are added.
-pub(crate) fn spawn_renderer(
-    json: bool,
-    session: Option<Arc<Mutex<SessionLog>>>,
-) -> (
-    mpsc::UnboundedSender<AgentEvent>,
-    tokio::task::JoinHandle<()>,
-) {
-    spawn_styled_renderer(json, session, Style::default())
-}
-
 /// How the chat dresses its output in a terminal.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Style {
@@ -71,9 +59,9 @@ pub(crate) struct Style {
     pub(crate) spinner: bool,
 }
 
-/// [`spawn_renderer`] with the chat's styling.
+/// Prints a turn's events as they arrive, styled: text to stdout, tool activity to stderr.
+/// Messages go to `session` (synced to disk) as they are added.
 pub(crate) fn spawn_styled_renderer(
-    json: bool,
     session: Option<Arc<Mutex<SessionLog>>>,
     style: Style,
 ) -> (
@@ -82,25 +70,17 @@ pub(crate) fn spawn_styled_renderer(
 ) {
     let (tx, mut rx) = mpsc::unbounded_channel::<AgentEvent>();
     let handle = tokio::spawn(async move {
-        let mut view = EventView {
-            json,
-            session,
-            stdout: std::io::stdout(),
-            bars: Default::default(),
-            markdown: style.markdown.map(crate::markdown::MarkdownStream::new),
-        };
+        let mut view = EventView::new(session, style);
         let mut next = if style.spinner {
             spin_until_first(&mut rx).await
         } else {
             rx.recv().await
         };
         while let Some(event) = next {
-            if !json
-                && matches!(
-                    event,
-                    AgentEvent::Notice { .. } | AgentEvent::ServerRestarted { .. }
-                )
-            {
+            if matches!(
+                event,
+                AgentEvent::Notice { .. } | AgentEvent::ServerRestarted { .. }
+            ) {
                 // Held while a question (an approval, a form) waits for its answer.
                 let _terminal = crate::host::TERMINAL.lock().await;
                 view.show(event);
@@ -135,10 +115,8 @@ async fn spin_until_first(rx: &mut mpsc::UnboundedReceiver<AgentEvent>) -> Optio
     first
 }
 
-/// What one turn's events look like on the terminal (or as JSON lines), and where its
-/// messages are saved.
-struct EventView {
-    json: bool,
+/// What a turn's events look like on the terminal, and where its messages are saved.
+pub(crate) struct EventView {
     session: Option<Arc<Mutex<SessionLog>>>,
     stdout: std::io::Stdout,
     bars: std::collections::HashMap<String, ProgressBar>,
@@ -146,8 +124,18 @@ struct EventView {
 }
 
 impl EventView {
+    /// A view saving messages to `session`, styled as `style` says.
+    pub(crate) fn new(session: Option<Arc<Mutex<SessionLog>>>, style: Style) -> EventView {
+        EventView {
+            session,
+            stdout: std::io::stdout(),
+            bars: Default::default(),
+            markdown: style.markdown.map(crate::markdown::MarkdownStream::new),
+        }
+    }
+
     /// Prints the rest of a Markdown answer held back for its line to end.
-    fn flush_markdown(&mut self) {
+    pub(crate) fn flush_markdown(&mut self) {
         if let Some(md) = &mut self.markdown {
             let _ = write!(self.stdout, "{}", md.finish());
             let _ = self.stdout.flush();
@@ -155,7 +143,7 @@ impl EventView {
     }
 
     /// Shows (or records) one event.
-    fn show(&mut self, event: AgentEvent) {
+    pub(crate) fn show(&mut self, event: AgentEvent) {
         if let AgentEvent::MessageAdded { message } = &event {
             if let Some(log) = &self.session
                 && let Ok(mut log) = log.lock()
@@ -165,14 +153,6 @@ impl EventView {
             {
                 safe_eprintln!("warning: cannot save the session: {error}");
             }
-            return;
-        }
-        if self.json {
-            let _ = writeln!(
-                self.stdout,
-                "{}",
-                serde_json::to_string(&event).unwrap_or_default()
-            );
             return;
         }
         match event {
