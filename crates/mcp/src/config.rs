@@ -253,6 +253,20 @@ struct RawServer {
     other: serde_json::Map<String, Value>,
 }
 
+/// The top-level keys Tether reads (`"mcpServers"` and the settings front ends take).
+const KNOWN_TOP_LEVEL_KEYS: &[&str] = &[
+    "mcpServers",
+    "model",
+    "baseUrl",
+    "toolSelection",
+    "approval",
+    "maxResultChars",
+    "contextWindow",
+    "roots",
+    "semanticSearch",
+    "$schema",
+];
+
 const KNOWN_SERVER_KEYS: &[&str] = &[
     "command",
     "args",
@@ -398,9 +412,22 @@ impl Config {
         let mut config = Config {
             source: Some(path.to_path_buf()),
             declares_servers,
-            settings: raw.other,
             ..Config::default()
         };
+        // A typo at the top ("toolSelectoin") would otherwise be ignored without a word.
+        for unknown in raw.other.keys() {
+            if KNOWN_TOP_LEVEL_KEYS.contains(&unknown.as_str()) {
+                continue;
+            }
+            let hint = strsim_suggest(unknown, KNOWN_TOP_LEVEL_KEYS)
+                .map(|s| format!(" (did you mean \"{s}\"?)"))
+                .unwrap_or_default();
+            config.warnings.push(format!(
+                "{file} ({}): unknown top-level key \"{unknown}\" ignored{hint}",
+                line_of_key(text, unknown)
+            ));
+        }
+        config.settings = raw.other;
         for (name, value) in raw.mcp_servers.unwrap_or_default() {
             let key = format!("mcpServers.{name}");
             let raw_server: RawServer =

@@ -1299,6 +1299,23 @@ fn strict_mode_makes_config_warnings_errors_and_completions_are_generated() {
         "{}",
         strict.stderr
     );
+    // A typo at the top of the config is named, with the key it was meant to be.
+    std::fs::write(
+        dir.join("typo.json"),
+        "{\n  \"mcpServers\": {\"e\": {\"command\": \"true\"}},\n  \"toolSelectoin\": \"all\"\n}",
+    )
+    .unwrap();
+    let lenient = tether_in(&dir, &["--config", "typo.json", "tools", "--search", "x"]);
+    assert!(
+        lenient.stderr.contains(
+            "typo.json (line 3): unknown top-level key \"toolSelectoin\" ignored (did you mean \"toolSelection\"?)"
+        ),
+        "{}",
+        lenient.stderr
+    );
+    let strict = tether_in(&dir, &["--strict", "--config", "typo.json", "tools"]);
+    assert_eq!(strict.code, 1, "{}", strict.stderr);
+    assert!(strict.stderr.contains("toolSelectoin"), "{}", strict.stderr);
     for (shell, marker) in [
         ("bash", "_tether()"),
         ("zsh", "#compdef tether"),
