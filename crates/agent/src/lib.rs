@@ -29,7 +29,8 @@ pub use questions::{
 pub use sampling::{answer_sampling, describe_sampling};
 pub use servers::ToolServers;
 pub use session::{
-    InputBlock, ModelSource, Op, Session, SessionHandle, SessionParts, event_channel,
+    InputBlock, ModelSource, Op, Session, SessionHandle, SessionParts, answer_calls_left_open,
+    event_channel,
 };
 pub use tether_catalog::{
     ApprovalMode, ApprovalRules, Decision, SelectionMode, SelectionOptions, ToolCatalog,

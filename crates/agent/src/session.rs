@@ -413,6 +413,19 @@ impl Session {
                 }
             }
         };
+        // A turn stopped during its tool calls leaves calls without results, which every
+        // provider refuses on the next request: each gets a result saying what happened.
+        if outcome.is_err() {
+            let note = match &outcome {
+                Err(AgentError::Cancelled) => {
+                    "Error: cancelled: the user stopped this call before it finished; its outcome is unknown"
+                }
+                _ => "Error: not run: the model request that followed failed",
+            };
+            for message in answer_calls_left_open(&mut self.conversation, note) {
+                let _ = self.inner_sender.send(AgentEvent::MessageAdded { message });
+            }
+        }
         // Everything the turn sent comes out before its end.
         while let Ok(event) = self.inner_events.try_recv() {
             self.forward(event);
@@ -473,4 +486,37 @@ fn forward_in_turn(
         _ => {}
     }
     let _ = out.send(event);
+}
+
+/// Gives every tool call without a result the error result `content`, right after the
+/// calls it answers (providers reject a conversation with a call left unanswered), and
+/// returns the results added.
+pub fn answer_calls_left_open(messages: &mut Vec<Message>, content: &str) -> Vec<Message> {
+    let mut added = Vec::new();
+    let mut index = 0;
+    while index < messages.len() {
+        if let Message::Assistant { tool_calls, .. } = &messages[index] {
+            let calls = tool_calls.clone();
+            let mut insert_at = index + 1;
+            for call in calls {
+                let answered = messages[index + 1..].iter().any(
+                    |m| matches!(m, Message::Tool { tool_call_id, .. } if *tool_call_id == call.id),
+                );
+                if !answered {
+                    let result = Message::Tool {
+                        tool_call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        content: content.into(),
+                        images: Vec::new(),
+                        is_error: true,
+                    };
+                    messages.insert(insert_at, result.clone());
+                    added.push(result);
+                    insert_at += 1;
+                }
+            }
+        }
+        index += 1;
+    }
+    added
 }

@@ -347,7 +347,10 @@ async fn a_rejected_call_never_runs_and_the_model_is_told() {
 #[tokio::test]
 async fn an_interrupt_withdraws_the_pending_question_and_cancels_the_turn() {
     let model = FakeModel::new(
-        vec![Answer::Calls(vec![("c1", "fake__write", "{}")])],
+        vec![
+            Answer::Calls(vec![("c1", "fake__write", "{}")]),
+            Answer::Text("Fine."),
+        ],
         false,
     );
     let servers = FakeServers::new();
@@ -378,7 +381,14 @@ async fn an_interrupt_withdraws_the_pending_question_and_cancels_the_turn() {
     );
     assert!(servers.calls().is_empty(), "the call never ran");
     assert_eq!(model.requests().len(), 1, "the model was not asked again");
-    // The session goes on: the next prompt is a new turn.
+    // The session goes on: the next prompt is a new turn, and the call the interrupt left
+    // open has a result saying so (providers refuse a call without one).
+    prompt(&handle, "never mind");
+    let events = until(&mut handle, turn_ended).await;
+    assert_eq!(stop_reason(&events), StopReason::EndTurn, "{events:#?}");
+    let told = tool_messages(&model.requests()[1]);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].1.contains("cancelled"), "{told:?}");
     handle.ops.send(Op::Shutdown).unwrap();
     let conversation = handle.task.await.unwrap();
     assert!(matches!(conversation.first(), Some(Message::User { .. })));

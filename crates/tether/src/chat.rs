@@ -307,7 +307,7 @@ impl Chat<'_> {
         // would carry them and providers refuse that. Each gets a result saying it was
         // cancelled, saved before the turn ends so the session file reads the same.
         if outcome.is_err() {
-            let added = session::answer_calls_left_open(
+            let added = tether_agent::answer_calls_left_open(
                 &mut self.conversation,
                 "Error: cancelled: the user stopped this call before it finished; its outcome is unknown",
             );

@@ -232,43 +232,10 @@ pub fn load(path: &Path) -> std::io::Result<Loaded> {
 /// Gives every tool call without a result an error result, so the history is valid for
 /// providers that require each call to be answered.
 fn answer_dangling_calls(messages: &mut Vec<Message>) {
-    answer_calls_left_open(
+    tether_agent::answer_calls_left_open(
         messages,
         "Error: interrupted: Tether stopped before this call finished; its outcome is unknown",
     );
-}
-
-/// Gives every tool call without a result the error result `content`, right after the
-/// calls it answers (providers reject a conversation with a call left unanswered), and
-/// returns the results added.
-pub fn answer_calls_left_open(messages: &mut Vec<Message>, content: &str) -> Vec<Message> {
-    let mut added = Vec::new();
-    let mut index = 0;
-    while index < messages.len() {
-        if let Message::Assistant { tool_calls, .. } = &messages[index] {
-            let calls = tool_calls.clone();
-            let mut insert_at = index + 1;
-            for call in calls {
-                let answered = messages[index + 1..].iter().any(
-                    |m| matches!(m, Message::Tool { tool_call_id, .. } if *tool_call_id == call.id),
-                );
-                if !answered {
-                    let result = Message::Tool {
-                        tool_call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        content: content.into(),
-                        images: Vec::new(),
-                        is_error: true,
-                    };
-                    messages.insert(insert_at, result.clone());
-                    added.push(result);
-                    insert_at += 1;
-                }
-            }
-        }
-        index += 1;
-    }
-    added
 }
 
 /// Every session in `dir`, newest first.
