@@ -531,22 +531,24 @@ impl Gateway {
         }
     }
 
-    async fn list_resources(&self) -> Vec<Resource> {
+    /// Every server's resources, each with the server that listed it.
+    async fn list_resources(&self) -> Vec<(String, Resource)> {
         let all = self
             .gather("resources", async |c| c.list_resources().await)
             .await;
         self.learn_owners(all.iter().map(|(server, r)| (&r.uri, server)));
-        all.into_iter().map(|(_, resource)| resource).collect()
+        all
     }
 
-    async fn list_templates(&self) -> Vec<ResourceTemplate> {
+    /// Every server's resource templates, each with the server that listed it.
+    async fn list_templates(&self) -> Vec<(String, ResourceTemplate)> {
         let all = self
             .gather("resource templates", async |c| {
                 c.list_resource_templates().await
             })
             .await;
         self.learn_owners(all.iter().map(|(server, t)| (&t.uri_template, server)));
-        all.into_iter().map(|(_, template)| template).collect()
+        all
     }
 
     /// Every server's prompts with the names clients see.
@@ -784,6 +786,37 @@ impl GatewaySession {
         view
     }
 
+    /// The servers `caller` may reach beyond tools (resources, templates, prompts,
+    /// completions, subscriptions): those with a tool in its allow-list; `None` when it is not
+    /// limited. A server none of whose tools it may call does not exist for it.
+    fn servers_for(&self, caller: &Caller) -> Option<Vec<String>> {
+        caller.principal()?.allowed_tools.as_ref()?;
+        Some(
+            self.snapshot_for(caller)
+                .servers()
+                .iter()
+                .map(|s| s.server.clone())
+                .collect(),
+        )
+    }
+
+    /// Refuses `server` to a caller limited to other servers, as if the item did not exist.
+    fn reach(
+        &self,
+        caller: &Caller,
+        server: &str,
+        what: &'static str,
+        name: &str,
+    ) -> Result<(), ServeError> {
+        match self.servers_for(caller) {
+            Some(servers) if !servers.iter().any(|s| s == server) => Err(ServeError::NotFound {
+                what,
+                name: name.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// What a client's call named `name` stands for.
     fn resolve(&self, snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved {
         if !self.gateway.options.prefix
@@ -882,6 +915,7 @@ impl GatewaySession {
         caller: &Caller,
     ) -> Result<Vec<ResourceContents>, ServeError> {
         let owner = self.gateway.owner_of(uri).await?;
+        self.reach(caller, &owner, "resource", uri)?;
         let connection = self.gateway.connection(&owner)?;
         let forwarding = self.forwarding(caller);
         let read = |traceparent| async move {
@@ -904,12 +938,14 @@ impl GatewaySession {
     }
 
     /// `prompts/list` of every server, under the gateway's names.
-    async fn list_prompts_untraced(&self) -> Result<Vec<Prompt>, ServeError> {
+    async fn list_prompts_untraced(&self, caller: &Caller) -> Result<Vec<Prompt>, ServeError> {
         let gateway = &self.gateway;
+        let servers = self.servers_for(caller);
         Ok(gateway
             .prompts()
             .await
             .into_iter()
+            .filter(|(server, _)| servers.as_ref().is_none_or(|s| s.contains(server)))
             .map(|(server, prompt)| Prompt {
                 name: gateway.exposed(&server, &prompt.name),
                 ..prompt
@@ -925,6 +961,7 @@ impl GatewaySession {
         caller: &Caller,
     ) -> Result<PromptResult, ServeError> {
         let (server, prompt) = self.gateway.find_prompt(name).await?;
+        self.reach(caller, &server, "prompt", name)?;
         let connection = self.gateway.connection(&server)?;
         let forwarding = self.forwarding(caller);
         let get = |traceparent| async {
@@ -1130,15 +1167,35 @@ impl McpService for GatewaySession {
         .await
     }
 
-    async fn list_resources(&self) -> Result<Vec<Resource>, ServeError> {
+    async fn list_resources(&self, caller: &Caller) -> Result<Vec<Resource>, ServeError> {
+        let servers = self.servers_for(caller);
         traces::client_request("resources/list", None, None, async {
-            Ok::<_, ServeError>(self.gateway.list_resources().await)
+            Ok::<_, ServeError>(
+                self.gateway
+                    .list_resources()
+                    .await
+                    .into_iter()
+                    .filter(|(server, _)| servers.as_ref().is_none_or(|s| s.contains(server)))
+                    .map(|(_, resource)| resource)
+                    .collect(),
+            )
         })
         .await
     }
 
-    async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ServeError> {
-        Ok(self.gateway.list_templates().await)
+    async fn list_resource_templates(
+        &self,
+        caller: &Caller,
+    ) -> Result<Vec<ResourceTemplate>, ServeError> {
+        let servers = self.servers_for(caller);
+        Ok(self
+            .gateway
+            .list_templates()
+            .await
+            .into_iter()
+            .filter(|(server, _)| servers.as_ref().is_none_or(|s| s.contains(server)))
+            .map(|(_, template)| template)
+            .collect())
     }
 
     async fn read_resource(
@@ -1155,8 +1212,14 @@ impl McpService for GatewaySession {
         .await
     }
 
-    async fn list_prompts(&self) -> Result<Vec<Prompt>, ServeError> {
-        traces::client_request("prompts/list", None, None, self.list_prompts_untraced()).await
+    async fn list_prompts(&self, caller: &Caller) -> Result<Vec<Prompt>, ServeError> {
+        traces::client_request(
+            "prompts/list",
+            None,
+            None,
+            self.list_prompts_untraced(caller),
+        )
+        .await
     }
 
     async fn get_prompt(
@@ -1174,8 +1237,9 @@ impl McpService for GatewaySession {
         .await
     }
 
-    async fn subscribe(&self, uri: &str) -> Result<(), ServeError> {
+    async fn subscribe(&self, uri: &str, caller: &Caller) -> Result<(), ServeError> {
         let owner = self.gateway.owner_of(uri).await?;
+        self.reach(caller, &owner, "resource", uri)?;
         // One upstream subscription serves every client; each hears only what it asked for.
         self.gateway
             .connection(&owner)?
@@ -1220,6 +1284,7 @@ impl McpService for GatewaySession {
         argument: &str,
         value: &str,
         context: &std::collections::HashMap<String, String>,
+        caller: &Caller,
     ) -> Result<Vec<String>, ServeError> {
         let (server, upstream_name) = match target {
             Completion::Prompt(name) => self.gateway.find_prompt(name).await?,
@@ -1233,6 +1298,11 @@ impl McpService for GatewaySession {
                 (owner, template.to_string())
             }
         };
+        let what = match target {
+            Completion::Prompt(_) => "prompt",
+            Completion::Template(_) => "resource template",
+        };
+        self.reach(caller, &server, what, &upstream_name)?;
         let target = match target {
             Completion::Prompt(_) => Completion::Prompt(&upstream_name),
             Completion::Template(_) => Completion::Template(&upstream_name),

@@ -552,12 +552,15 @@ pub trait McpService: Send + Sync + 'static {
     fn runs_as_task(&self, _name: &str, _caller: &Caller) -> bool {
         false
     }
-    /// Its resources.
-    async fn list_resources(&self) -> Result<Vec<Resource>, ServeError> {
+    /// Its resources, as `caller` may see them.
+    async fn list_resources(&self, _caller: &Caller) -> Result<Vec<Resource>, ServeError> {
         Ok(Vec::new())
     }
-    /// Its resource templates.
-    async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ServeError> {
+    /// Its resource templates, as `caller` may see them.
+    async fn list_resource_templates(
+        &self,
+        _caller: &Caller,
+    ) -> Result<Vec<ResourceTemplate>, ServeError> {
         Ok(Vec::new())
     }
     /// Reads a resource for `caller`.
@@ -571,8 +574,8 @@ pub trait McpService: Send + Sync + 'static {
             name: uri.to_string(),
         })
     }
-    /// Its prompts.
-    async fn list_prompts(&self) -> Result<Vec<Prompt>, ServeError> {
+    /// Its prompts, as `caller` may see them.
+    async fn list_prompts(&self, _caller: &Caller) -> Result<Vec<Prompt>, ServeError> {
         Ok(Vec::new())
     }
     /// Expands a prompt for `caller`.
@@ -587,18 +590,19 @@ pub trait McpService: Send + Sync + 'static {
             name: name.to_string(),
         })
     }
-    /// Completion values for an argument.
+    /// Completion values for an argument, asked by `caller`.
     async fn complete(
         &self,
         _target: Completion<'_>,
         _argument: &str,
         _value: &str,
         _context: &std::collections::HashMap<String, String>,
+        _caller: &Caller,
     ) -> Result<Vec<String>, ServeError> {
         Ok(Vec::new())
     }
-    /// Starts telling this client when `uri` changes (`resources/subscribe`).
-    async fn subscribe(&self, uri: &str) -> Result<(), ServeError> {
+    /// Starts telling this client (`caller`) when `uri` changes (`resources/subscribe`).
+    async fn subscribe(&self, uri: &str, _caller: &Caller) -> Result<(), ServeError> {
         Err(ServeError::Refused(format!(
             "resource \"{uri}\" offers no subscription here"
         )))
@@ -844,10 +848,11 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
     async fn subscribe(
         &self,
         request: rmcp::model::SubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        let caller = Caller::new(context, None, None);
         self.service
-            .subscribe(&request.uri)
+            .subscribe(&request.uri, &caller)
             .await
             .map_err(ServeError::into_error_data)
     }
@@ -960,11 +965,12 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        let caller = Caller::new(context, None, None);
         let resources = self
             .service
-            .list_resources()
+            .list_resources(&caller)
             .await
             .map_err(ServeError::into_error_data)?;
         result(json!({ "resources": resources }))
@@ -973,11 +979,12 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let caller = Caller::new(context, None, None);
         let templates = self
             .service
-            .list_resource_templates()
+            .list_resource_templates(&caller)
             .await
             .map_err(ServeError::into_error_data)?;
         result(json!({ "resourceTemplates": templates }))
@@ -1004,11 +1011,12 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
+        let caller = Caller::new(context, None, None);
         let prompts = self
             .service
-            .list_prompts()
+            .list_prompts(&caller)
             .await
             .map_err(ServeError::into_error_data)?;
         result(json!({ "prompts": prompts }))
@@ -1035,8 +1043,9 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
     async fn complete(
         &self,
         request: CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
+        let caller = Caller::new(context, None, None);
         let value = serde_json::to_value(&request).unwrap_or_default();
         let reference = &value["ref"];
         let name = reference
@@ -1061,7 +1070,7 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
             .unwrap_or_default();
         let mut values = self
             .service
-            .complete(target, argument, typed, &context)
+            .complete(target, argument, typed, &context, &caller)
             .await
             .map_err(ServeError::into_error_data)?;
         let total = values.len();

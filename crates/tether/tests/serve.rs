@@ -476,6 +476,50 @@ fn a_static_token_sees_and_calls_only_the_tools_it_lists() {
         "unknown server \"everything\"; the servers are time",
         "{narrow}"
     );
+
+    // Beyond tools too: the narrow token lists, reads, expands and completes nothing of a
+    // server whose tools it may not call; the open token still does.
+    let dir = std::env::temp_dir().join(format!("tether-serve-narrow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tester = |token: &str, args: &[&str]| {
+        let config = dir.join(format!("{token}.json"));
+        std::fs::write(
+            &config,
+            json!({"mcpServers": {"gw": {"url": gateway.url,
+                "headers": {"Authorization": format!("Bearer {token}")}}}})
+            .to_string(),
+        )
+        .unwrap();
+        let output = Command::new(tether())
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let architecture = "demo://resource/static/document/architecture.md";
+    let (code, listed, _) = tester("open-token-0123456789", &["resources"]);
+    assert_eq!(code, Some(0));
+    assert!(listed.contains(architecture), "{listed}");
+    let (code, _, _) = tester("open-token-0123456789", &["read", "gw", architecture]);
+    assert_eq!(code, Some(0));
+    let (_, listed, _) = tester("narrow-token-0123456789", &["resources"]);
+    assert!(!listed.contains("demo://"), "{listed}");
+    let (code, out, err) = tester("narrow-token-0123456789", &["read", "gw", architecture]);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(
+        err.contains("not found") || err.contains("unknown"),
+        "{err}"
+    );
+    let (_, listed, _) = tester("narrow-token-0123456789", &["prompts"]);
+    assert!(!listed.contains("everything__"), "{listed}");
+    let (_, listed, _) = tester("open-token-0123456789", &["prompts"]);
+    assert!(listed.contains("everything__"), "{listed}");
 }
 
 #[test]
