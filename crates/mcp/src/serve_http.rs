@@ -91,6 +91,54 @@ impl Default for HttpOptions {
     }
 }
 
+/// How long a client may take to send a request's headers before its connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The accept loop's pause after a failed accept: 10 ms, doubling to 1 s while accepts keep
+/// failing, with a warning at most every 10 s that counts the failures in between.
+struct AcceptBackoff {
+    pause: Duration,
+    failures: u64,
+    warned: Option<std::time::Instant>,
+}
+
+impl Default for AcceptBackoff {
+    fn default() -> AcceptBackoff {
+        AcceptBackoff {
+            pause: Duration::from_millis(10),
+            failures: 0,
+            warned: None,
+        }
+    }
+}
+
+impl AcceptBackoff {
+    /// An accept failed with `error`: how long to wait before the next.
+    fn failed(&mut self, error: &std::io::Error) -> Duration {
+        self.failures += 1;
+        if self
+            .warned
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(10))
+        {
+            tracing::warn!(
+                %error,
+                failures = self.failures,
+                "accepting a connection failed; waiting before the next accept (out of file descriptors? raise `ulimit -n`)"
+            );
+            self.warned = Some(std::time::Instant::now());
+            self.failures = 0;
+        }
+        let pause = self.pause;
+        self.pause = (self.pause * 2).min(Duration::from_secs(1));
+        pause
+    }
+
+    /// An accept succeeded: the next failure starts short again.
+    fn reset(&mut self) {
+        self.pause = Duration::from_millis(10);
+    }
+}
+
 /// Serves `factory`'s services (one per 2025-11-25 session or per stateless request) on
 /// `listener` until `shutdown` is cancelled, then stops accepting, lets the requests in flight
 /// finish (up to `options.drain_timeout`) and ends every session.
@@ -145,14 +193,23 @@ where
         hosts,
         origins,
     });
+    let mut backoff = AcceptBackoff::default();
     loop {
         let (stream, peer) = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
+                Ok(accepted) => {
+                    backoff.reset();
+                    accepted
+                }
                 Err(error) => {
-                    tracing::warn!(%error, "accepting a connection");
-                    continue;
+                    // Out of file descriptors (EMFILE, ENFILE) or memory, accepting again at
+                    // once fails again at once: the loop would spin and log without end.
+                    let pause = backoff.failed(&error);
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(pause) => continue,
+                    }
                 }
             },
         };
@@ -167,7 +224,11 @@ where
                 let edge = edge.clone();
                 async move { Ok::<_, Infallible>(route(request, &mut mcp, &edge, peer).await) }
             });
+            // A client that never finishes its headers (or sends none) holds a file
+            // descriptor; hyper closes it after the header read timeout, once it has a timer.
             let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::select! {
                 result = connection => {
