@@ -363,51 +363,9 @@ impl HostHandler for SessionHost {
     }
 
     fn notify(&self, server: &str, notice: ServerNotice) {
-        let message = match notice {
-            ServerNotice::Log {
-                level,
-                logger,
-                data,
-            } => {
-                let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(1);
-                if rank < self.log_level {
-                    return;
-                }
-                let text = match data {
-                    Value::String(text) => text,
-                    other => other.to_string(),
-                };
-                let logger = logger.map(|l| format!(" {l}")).unwrap_or_default();
-                format!("[{server}{logger}] {level}: {text}")
-            }
-            // The loop refreshes and reports its new tool count itself.
-            ServerNotice::ListChanged { what } => {
-                tracing::info!(server, "{what} changed");
-                return;
-            }
-            ServerNotice::ResourceUpdated { uri } => {
-                format!("server \"{server}\": resource {uri} updated")
-            }
-            ServerNotice::JoinedLate {
-                elapsed,
-                error: None,
-            } => format!(
-                "server \"{server}\" is ready after {:.1} s; its tools are offered from the next model request",
-                elapsed.as_secs_f64()
-            ),
-            ServerNotice::JoinedLate {
-                error: Some(error), ..
-            } => error,
-            ServerNotice::Restarted { restarts, reason } => {
-                let _ = self.questions.events.send(AgentEvent::ServerRestarted {
-                    server: server.to_string(),
-                    restarts,
-                    reason,
-                });
-                return;
-            }
-        };
-        self.notice(message);
+        if let Some(event) = notice_event(server, notice, self.log_level) {
+            let _ = self.questions.events.send(event);
+        }
     }
 }
 
@@ -488,4 +446,54 @@ pub fn elicitation_answer(action: AnswerAction, content: Map<String, Value>) -> 
         AnswerAction::Decline => ElicitationAnswer::Decline,
         AnswerAction::Cancel => ElicitationAnswer::Cancel,
     }
+}
+
+/// The event a server's notification becomes for a person: a notice (a log line at
+/// `log_level` or above, a changed resource, a server that joined late or failed to) or a
+/// restart; `None` for what is not shown (a list change, which the loop handles itself, or a
+/// log line below the level).
+pub fn notice_event(server: &str, notice: ServerNotice, log_level: usize) -> Option<AgentEvent> {
+    let message = match notice {
+        ServerNotice::Log {
+            level,
+            logger,
+            data,
+        } => {
+            let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(1);
+            if rank < log_level {
+                return None;
+            }
+            let text = match data {
+                Value::String(text) => text,
+                other => other.to_string(),
+            };
+            let logger = logger.map(|l| format!(" {l}")).unwrap_or_default();
+            format!("[{server}{logger}] {level}: {text}")
+        }
+        ServerNotice::ListChanged { what } => {
+            tracing::info!(server, "{what} changed");
+            return None;
+        }
+        ServerNotice::ResourceUpdated { uri } => {
+            format!("server \"{server}\": resource {uri} updated")
+        }
+        ServerNotice::JoinedLate {
+            elapsed,
+            error: None,
+        } => format!(
+            "server \"{server}\" is ready after {:.1} s; its tools are offered from the next model request",
+            elapsed.as_secs_f64()
+        ),
+        ServerNotice::JoinedLate {
+            error: Some(error), ..
+        } => error,
+        ServerNotice::Restarted { restarts, reason } => {
+            return Some(AgentEvent::ServerRestarted {
+                server: server.to_string(),
+                restarts,
+                reason,
+            });
+        }
+    };
+    Some(AgentEvent::Notice { message })
 }

@@ -54,6 +54,41 @@ pub(crate) struct Engine {
     pub(crate) notices: tokio::sync::mpsc::UnboundedSender<AgentEvent>,
 }
 
+/// `tether run`'s engine: `servers` under the host's roots and log level, asked `question`
+/// at once; Ctrl-C becomes an interrupt op (pending questions are answered "cancelled").
+pub(crate) async fn start_run(
+    servers: Vec<ServerConfig>,
+    settings: &Map<String, Value>,
+    args: &ModelArgs,
+    host: &crate::host::TerminalHost,
+    interactive: bool,
+    question: String,
+) -> Result<Engine, Failure> {
+    let roots = host.roots.lock().map(|r| r.clone()).unwrap_or_default();
+    let engine = start(EngineStart {
+        servers,
+        settings,
+        args,
+        roots,
+        log_level: host.log_level,
+        interactive,
+        history: Vec::new(),
+        wait_for_all: false,
+    })
+    .await?;
+    let ops = engine.handle.ops.clone();
+    let _ = ops.send(tether_agent::Op::Prompt {
+        content: vec![tether_agent::InputBlock::Text { text: question }],
+    });
+    let interrupt = tokio_util::sync::CancellationToken::new();
+    crate::run::watch_ctrl_c(Arc::new(std::sync::Mutex::new(interrupt.clone())));
+    tokio::spawn(async move {
+        interrupt.cancelled().await;
+        let _ = ops.send(tether_agent::Op::Interrupt);
+    });
+    Ok(engine)
+}
+
 impl Engine {
     /// Waits for the session to end (after a shutdown op) and stops the servers.
     pub(crate) async fn shut_down(self) -> Vec<Message> {

@@ -17,16 +17,7 @@ use tether_mcp::{
 use tokio::sync::mpsc::UnboundedSender;
 
 /// MCP's logging levels, least severe first.
-pub const LOG_LEVELS: &[&str] = &[
-    "debug",
-    "info",
-    "notice",
-    "warning",
-    "error",
-    "critical",
-    "alert",
-    "emergency",
-];
+pub use tether_agent::questions::LOG_LEVELS;
 
 /// Only one prompt may read the terminal at a time; notices wait for it too, so a server's
 /// log line never lands in the middle of a question.
@@ -215,52 +206,9 @@ impl HostHandler for TerminalHost {
     }
 
     fn notify(&self, server: &str, notice: ServerNotice) {
-        let message = match notice {
-            ServerNotice::Log {
-                level,
-                logger,
-                data,
-            } => {
-                let rank = LOG_LEVELS.iter().position(|l| *l == level).unwrap_or(1);
-                if rank < self.log_level {
-                    return;
-                }
-                let text = match data {
-                    Value::String(text) => text,
-                    other => other.to_string(),
-                };
-                let logger = logger.map(|l| format!(" {l}")).unwrap_or_default();
-                format!("[{server}{logger}] {level}: {text}")
-            }
-            // The agent refreshes and reports its new tool count itself; the tester has
-            // nothing to refresh, so this is only for -v.
-            ServerNotice::ListChanged { what } => {
-                tracing::info!(server, "{what} changed");
-                return;
-            }
-            ServerNotice::ResourceUpdated { uri } => {
-                format!("server \"{server}\": resource {uri} updated")
-            }
-            ServerNotice::JoinedLate {
-                elapsed,
-                error: None,
-            } => format!(
-                "server \"{server}\" is ready after {:.1} s; its tools are offered from the next model request",
-                elapsed.as_secs_f64()
-            ),
-            ServerNotice::JoinedLate {
-                error: Some(error), ..
-            } => error,
-            ServerNotice::Restarted { restarts, reason } => {
-                self.show(AgentEvent::ServerRestarted {
-                    server: server.to_string(),
-                    restarts,
-                    reason,
-                });
-                return;
-            }
-        };
-        self.show(AgentEvent::Notice { message });
+        if let Some(event) = tether_agent::questions::notice_event(server, notice, self.log_level) {
+            self.show(event);
+        }
     }
 }
 

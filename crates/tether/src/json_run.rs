@@ -5,19 +5,17 @@
 //! need approval are refused and forms declined, as in any run without a person.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
-use tether_agent::{AgentEvent, InputBlock, Op};
+use tether_agent::{AgentEvent, Op};
 use tether_mcp::ServerConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
-use tokio_util::sync::CancellationToken;
 
 use crate::Failure;
-use crate::engine::{EngineStart, start};
+use crate::engine::start_run;
 use crate::host::TerminalHost;
 use crate::models::ModelArgs;
-use crate::run::{exit_for, watch_ctrl_c};
+use crate::run::exit_for;
 
 /// Longest line of input taken as one op (an elicitation answer with a pasted document fits).
 const MAX_OP_LINE: usize = 1 << 20;
@@ -31,33 +29,8 @@ pub(crate) async fn run(
     host: TerminalHost,
     ops_from_stdin: bool,
 ) -> Result<(), Failure> {
-    let roots = host.roots.lock().map(|r| r.clone()).unwrap_or_default();
-    let engine = start(EngineStart {
-        servers,
-        settings: &settings,
-        args: &args,
-        roots,
-        log_level: host.log_level,
-        interactive: ops_from_stdin,
-        history: Vec::new(),
-        wait_for_all: false,
-    })
-    .await?;
+    let engine = start_run(servers, &settings, &args, &host, ops_from_stdin, question).await?;
     let ops = engine.handle.ops.clone();
-    let _ = ops.send(Op::Prompt {
-        content: vec![InputBlock::Text { text: question }],
-    });
-    // Ctrl-C interrupts the turn (pending questions are answered "cancelled").
-    let interrupt = CancellationToken::new();
-    watch_ctrl_c(Arc::new(Mutex::new(interrupt.clone())));
-    {
-        let ops = ops.clone();
-        let interrupt = interrupt.clone();
-        tokio::spawn(async move {
-            interrupt.cancelled().await;
-            let _ = ops.send(Op::Interrupt);
-        });
-    }
     let reader = ops_from_stdin.then(|| {
         let ops = ops.clone();
         let notices = engine.notices.clone();

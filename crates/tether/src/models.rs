@@ -10,7 +10,7 @@ use tether_agent::{AgentOptions, ApprovalMode, ApprovalRules, ToolMode};
 use tether_catalog::SelectionMode;
 use tether_catalog::SelectionOptions;
 use tether_catalog::selection::DEFAULT_CONTEXT_WINDOW;
-use tether_llm::{LlmError, Provider, ProviderOptions, provider_for};
+use tether_llm::{Provider, ProviderOptions, provider_for};
 
 use crate::Failure;
 
@@ -347,9 +347,10 @@ pub async fn model_command(action: &str) -> Result<(), Failure> {
     }
 }
 
-pub(crate) fn model_failure(error: &LlmError) -> Failure {
+#[cfg(feature = "local")]
+fn model_failure(error: &tether_llm::LlmError) -> Failure {
     match error {
-        LlmError::Config(message) => Failure::usage(message.clone()),
+        tether_llm::LlmError::Config(message) => Failure::usage(message.clone()),
         other => Failure::partial(other.to_string()),
     }
 }

@@ -1,19 +1,19 @@
-//! `tether run` in text: build the provider and the servers, drive the agent loop, and render
-//! its events on the terminal (`--json` goes to the engine, json_run.rs). Ctrl-C cancels the
-//! running turn and its tool calls, not the program.
+//! `tether run` in text: one turn of an engine session (`engine.rs`), its events shown on the
+//! terminal and its questions asked there (`--json` is json_run.rs). Ctrl-C interrupts the
+//! turn and its tool calls, not the program.
 
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value};
-use tether_agent::{AgentEvent, InputBlock, Op, StopReason};
+use tether_agent::{AgentEvent, Op, StopReason};
 use tether_catalog::ToolCatalog;
 use tether_mcp::{ServerConfig, ServerRegistry};
 use tokio_util::sync::CancellationToken;
 
 use crate::Failure;
 use crate::approver::TerminalAnswers;
-use crate::engine::{EngineStart, start};
+use crate::engine::start_run;
 use crate::host::TerminalHost;
 use crate::models::ModelArgs;
 use crate::terminal_view::{EventView, Style};
@@ -95,32 +95,8 @@ pub async fn run(
         ));
     }
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-    let roots = host.roots.lock().map(|r| r.clone()).unwrap_or_default();
-    let mut engine = start(EngineStart {
-        servers,
-        settings: &settings,
-        args: &args,
-        roots,
-        log_level: host.log_level,
-        interactive,
-        history: Vec::new(),
-        wait_for_all: false,
-    })
-    .await?;
+    let mut engine = start_run(servers, &settings, &args, &host, interactive, question).await?;
     let ops = engine.handle.ops.clone();
-    let _ = ops.send(Op::Prompt {
-        content: vec![InputBlock::Text { text: question }],
-    });
-    let interrupt = CancellationToken::new();
-    watch_ctrl_c(Arc::new(Mutex::new(interrupt.clone())));
-    {
-        let ops = ops.clone();
-        let interrupt = interrupt.clone();
-        tokio::spawn(async move {
-            interrupt.cancelled().await;
-            let _ = ops.send(Op::Interrupt);
-        });
-    }
     // "[r]emember" writes where chat writes: the config in use, else the user's config.
     let answers =
         TerminalAnswers::remembering_in(config_file.or_else(tether_mcp::config::user_config_path));
