@@ -205,13 +205,15 @@ impl Agent {
             "authenticate" => Ok(json!({})),
             "session/new" => match params::<acp::NewSessionRequest>(body) {
                 Ok(request) => {
-                    self.open(&request.cwd, request.mcp_servers, None, Vec::new())
-                        .await
+                    let opened = self
+                        .open(&request.cwd, request.mcp_servers, None, Vec::new(), id)
+                        .await;
+                    return opened.err().map(Err);
                 }
                 Err(error) => Err(error),
             },
             "session/load" => match params::<acp::LoadSessionRequest>(body) {
-                Ok(request) => self.load(request).await,
+                Ok(request) => return self.load(request, id).await.err().map(Err),
                 Err(error) => Err(error),
             },
             "session/prompt" => match params::<acp::PromptRequest>(body) {
@@ -262,14 +264,17 @@ impl Agent {
         });
     }
 
-    /// Starts a session over the user's servers and the editor's; `saved` continues one.
+    /// Starts a session over the user's servers and the editor's (`saved` continues one) and
+    /// answers request `reply_to` before the session's first update goes out, so the editor
+    /// knows the session an update names. `Err` is the answer when it could not start.
     async fn open(
         self: &Arc<Self>,
         cwd: &Path,
         editor_servers: Vec<acp::McpServer>,
         saved: Option<(PathBuf, String)>,
         history: Vec<Message>,
-    ) -> Result<Value, Value> {
+        reply_to: Value,
+    ) -> Result<(), Value> {
         let invalid = |message: String| json!({"code": -32602, "message": message});
         if !cwd.is_absolute() {
             return Err(invalid(format!(
@@ -343,21 +348,26 @@ impl Agent {
             crate::models::ApproveArg::Auto => "auto",
             crate::models::ApproveArg::Never => "never",
         };
-        let answer = json!({"sessionId": id, "modes": modes(mode)});
-        let agent = self.clone();
-        tokio::spawn(async move {
-            // Sent after the answer is queued: the reply below goes out first.
-            tokio::task::yield_now().await;
-            for problem in problems {
-                agent.say(&session.id, &format!("tether: {problem}"));
-            }
-            agent.pump(session, engine).await;
-        });
-        Ok(answer)
+        // session/load's answer names no session: the editor named it.
+        let answer = if saved.is_some() {
+            json!({"modes": modes(mode)})
+        } else {
+            json!({"sessionId": id, "modes": modes(mode)})
+        };
+        self.reply(reply_to, Ok(answer));
+        for problem in problems {
+            self.say(&session.id, &format!("tether: {problem}"));
+        }
+        tokio::spawn(self.clone().pump(session, engine));
+        Ok(())
     }
 
     /// `session/load`: replays a saved session, then continues it.
-    async fn load(self: &Arc<Self>, request: acp::LoadSessionRequest) -> Result<Value, Value> {
+    async fn load(
+        self: &Arc<Self>,
+        request: acp::LoadSessionRequest,
+        reply_to: Value,
+    ) -> Result<(), Value> {
         let id = request.session_id.0.to_string();
         let not_found = |why: String| json!({"code": -32602, "message": why});
         let dir = crate::session::sessions_dir().ok_or_else(|| {
@@ -371,18 +381,14 @@ impl Agent {
                 self.update(&id, update);
             }
         }
-        let mut answer = self
-            .open(
-                &request.cwd,
-                request.mcp_servers,
-                Some((path, id)),
-                loaded.messages,
-            )
-            .await?;
-        if let Some(answer) = answer.as_object_mut() {
-            answer.remove("sessionId");
-        }
-        Ok(answer)
+        self.open(
+            &request.cwd,
+            request.mcp_servers,
+            Some((path, id)),
+            loaded.messages,
+            reply_to,
+        )
+        .await
     }
 
     fn prompt(&self, request: acp::PromptRequest, id: Value) -> Option<Result<Value, Value>> {
