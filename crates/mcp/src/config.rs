@@ -766,14 +766,36 @@ pub fn derive_server_name(words: &[String]) -> String {
         "npx", "node", "bunx", "bun", "deno", "uvx", "uv", "pipx", "python", "python3", "run",
         "exec", "dlx", "pnpm", "yarn", "npm", "docker",
     ];
-    let candidate = words.iter().find(|w| {
+    // An entry file (`node …/filesystem/dist/index.js`) is named by the directory it belongs
+    // to, past build directories; without that the next word (often a path such as `/tmp`)
+    // named the server.
+    const ENTRY_FILES: &[&str] = &[
+        "index.js",
+        "index.mjs",
+        "index.cjs",
+        "index.ts",
+        "main.js",
+        "cli.js",
+        "server.js",
+        "main.py",
+        "server.py",
+        "__main__.py",
+    ];
+    const BUILD_DIRS: &[&str] = &["dist", "build", "out", "lib", "src", "bin", "."];
+    let candidate = words.iter().find_map(|w| {
         let base = w.rsplit('/').next().unwrap_or(w);
-        !w.starts_with('-')
-            && !RUNNERS.contains(&base)
-            && !matches!(
-                base,
-                "index.js" | "main.py" | "server.py" | "dist" | "stdio"
-            )
+        if w.starts_with('-') || RUNNERS.contains(&base) || matches!(base, "dist" | "stdio") {
+            return None;
+        }
+        if ENTRY_FILES.contains(&base) {
+            // No project directory to go by: "server", not a later argument.
+            let dir = w
+                .rsplit('/')
+                .skip(1)
+                .find(|dir| !dir.is_empty() && !BUILD_DIRS.contains(dir));
+            return Some(dir.unwrap_or_default().to_string());
+        }
+        Some(w.to_string())
     });
     let Some(word) = candidate else {
         return "server".into();
@@ -989,6 +1011,18 @@ mod tests {
             derive_server_name(&words("python3 my_tools.py")),
             "my_tools"
         );
+        // An entry file is named by its project's directory, not by the arguments after it.
+        assert_eq!(
+            derive_server_name(&words(
+                "node /opt/servers/src/filesystem/dist/index.js /tmp"
+            )),
+            "filesystem"
+        );
+        assert_eq!(
+            derive_server_name(&words("node ./weather-mcp/build/index.js")),
+            "weather"
+        );
+        assert_eq!(derive_server_name(&words("node index.js /tmp")), "server");
         let taken = vec!["everything".to_string()];
         let s = adhoc_stdio("mcp-server-everything", &taken).unwrap();
         assert_eq!(s.name, "everything-2");
