@@ -111,6 +111,7 @@ pub async fn chat(
         ),
     };
     let outcome = chat.main_loop(resume).await;
+    chat.forget_if_empty();
     registry.shutdown().await;
     outcome
 }
@@ -245,6 +246,22 @@ impl Chat<'_> {
         self.usage = loaded.usage;
         self.log = Some(Arc::new(Mutex::new(log)));
         Ok(())
+    }
+
+    /// Deletes the session file of a chat that never had a message: it would only crowd the
+    /// list of sessions and `--resume`.
+    fn forget_if_empty(&mut self) {
+        let Some(log) = self.log.take() else {
+            return;
+        };
+        let Ok(log) = log.lock() else {
+            return;
+        };
+        let path = log.path().to_path_buf();
+        if session::load(&path).is_ok_and(|loaded| loaded.messages.is_empty() && loaded.turns == 0)
+        {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 
     fn save(&self, record: Record) {

@@ -618,6 +618,12 @@ fn plain_tether_in_a_terminal_starts_a_chat_and_a_pipe_gets_no_prompts() {
     terminal.wait_for_idle_prompt("you> ");
     terminal.press(&["C-d"]);
     terminal.wait_for("[exit 0]");
+    let saved = |dir: &Path| {
+        std::fs::read_dir(dir.join("sessions"))
+            .map(|entries| entries.filter_map(Result::ok).count())
+            .unwrap_or(0)
+    };
+    assert_eq!(saved(&dir), 0, "a chat without a message leaves no session");
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
         .args([
@@ -650,6 +656,7 @@ fn plain_tether_in_a_terminal_starts_a_chat_and_a_pipe_gets_no_prompts() {
         !stderr.contains("you>") && !stderr.contains('\x1b'),
         "{stderr:?}"
     );
+    assert_eq!(saved(&dir), 1, "a chat with a message is saved");
 }
 
 #[test]
