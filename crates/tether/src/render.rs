@@ -368,29 +368,41 @@ fn print_link(link: &Resource) {
 }
 
 /// A tool result: every block in order, then `structuredContent` unless a text block already
-/// carries the same JSON (as the spec asks tools to do, so it would print twice).
+/// says the same (as the spec asks tools to do, so it would print twice).
 pub fn tool_result(server: &str, tool: &str, result: &ToolResult) {
     for (index, block) in result.content.iter().enumerate() {
         print_block(&format!("{server}-{tool}-{}", index + 1), block);
     }
-    let repeated = |structured: &serde_json::Value| {
-        result.content.iter().any(|block| match block {
-            ContentBlock::Text { text } => {
-                serde_json::from_str::<serde_json::Value>(text)
-                    .ok()
-                    .as_ref()
-                    == Some(structured)
-            }
-            _ => false,
-        })
-    };
-    if let Some(structured) = result.structured_content.as_ref().filter(|s| !repeated(s)) {
+    if let Some(structured) = result
+        .structured_content
+        .as_ref()
+        .filter(|s| !repeats_text(&result.content, s))
+    {
         safe_println!("structuredContent:");
         let text = serde_json::to_string_pretty(structured).unwrap_or_default();
         for line in text.lines() {
             safe_println!("  {line}");
         }
     }
+}
+
+/// Whether a text block of `content` already carries `structured`: the same JSON, or, for
+/// the `{"result": …}` wrapper FastMCP puts around a plain return value, that value.
+fn repeats_text(content: &[ContentBlock], structured: &Value) -> bool {
+    let unwrapped = structured
+        .as_object()
+        .filter(|object| object.len() == 1)
+        .and_then(|object| object.get("result"));
+    content.iter().any(|block| match block {
+        ContentBlock::Text { text } => {
+            let parsed = serde_json::from_str::<Value>(text).ok();
+            parsed.as_ref() == Some(structured)
+                || unwrapped.is_some_and(|inner| {
+                    parsed.as_ref() == Some(inner) || inner.as_str() == Some(text.as_str())
+                })
+        }
+        _ => false,
+    })
 }
 
 /// The `resources` listing.
@@ -580,5 +592,32 @@ mod progress_tests {
             progress_line("x", 9.0, Some(4.0), None),
             "x [####################] 100% (9/4)"
         );
+    }
+}
+
+#[cfg(test)]
+mod structured_tests {
+    use super::repeats_text;
+    use serde_json::json;
+    use tether_protocol::ContentBlock;
+
+    #[test]
+    fn structured_content_that_repeats_a_text_block_is_recognised() {
+        let text = |t: &str| vec![ContentBlock::Text { text: t.into() }];
+        assert!(repeats_text(&text(r#"{"a": 1}"#), &json!({"a": 1})));
+        // FastMCP's wrapper around a plain value, a string or a number.
+        assert!(repeats_text(
+            &text("It is sunny"),
+            &json!({"result": "It is sunny"})
+        ));
+        assert!(repeats_text(&text("42"), &json!({"result": 42})));
+        assert!(!repeats_text(
+            &text("It is sunny"),
+            &json!({"result": "It rains"})
+        ));
+        assert!(!repeats_text(
+            &text("42"),
+            &json!({"result": 42, "unit": "C"})
+        ));
     }
 }
