@@ -20,7 +20,11 @@ struct Driven {
     child: Child,
     stdin: Option<ChildStdin>,
     events: mpsc::Receiver<Value>,
+    /// Every event read so far.
     seen: Vec<Value>,
+    /// Events read while waiting for another kind, not yet taken by `next`: the stdin reader
+    /// and the session run side by side, so an `op_rejected` may come after a question.
+    unclaimed: std::collections::VecDeque<Value>,
 }
 
 impl Driven {
@@ -56,11 +60,15 @@ impl Driven {
             stdin,
             events,
             seen: Vec::new(),
+            unclaimed: std::collections::VecDeque::new(),
         }
     }
 
-    /// The next event of `kind`, within a minute.
+    /// The first event of `kind` not taken yet, within a minute.
     fn next(&mut self, kind: &str) -> Value {
+        if let Some(at) = self.unclaimed.iter().position(|e| e["type"] == kind) {
+            return self.unclaimed.remove(at).unwrap();
+        }
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -72,6 +80,7 @@ impl Driven {
             if event["type"] == kind {
                 return event;
             }
+            self.unclaimed.push_back(event);
         }
     }
 
