@@ -259,17 +259,7 @@ impl SessionHost {
                     provider.name(),
                     describe_sampling(&params)
                 );
-                let answer = self
-                    .questions
-                    .ask(|request_id| AgentEvent::SamplingRequested {
-                        request_id,
-                        server: server.to_string(),
-                        call_id: None,
-                        summary,
-                        options: vec![PermissionOption::AllowOnce, PermissionOption::RejectOnce],
-                    })
-                    .await;
-                if !matches!(answer, Answer::Decision(d) if d.allows()) {
+                if !self.consents(server, summary).await {
                     return Err("the user declined the sampling request".into());
                 }
             }
@@ -285,21 +275,26 @@ impl SessionHost {
             let draft = describe_sampling(&serde_json::json!({"messages": [answer.clone()]}));
             let summary =
                 format!("draft answer for \"{server}\":\n{draft}\nsend it to the server?");
-            let sent = self
-                .questions
-                .ask(|request_id| AgentEvent::SamplingRequested {
-                    request_id,
-                    server: server.to_string(),
-                    call_id: None,
-                    summary,
-                    options: vec![PermissionOption::AllowOnce, PermissionOption::RejectOnce],
-                })
-                .await;
-            if !matches!(sent, Answer::Decision(d) if d.allows()) {
+            if !self.consents(server, summary).await {
                 return Err("the user withheld the sampled answer".into());
             }
         }
         Ok(answer)
+    }
+
+    /// Asks a person a sampling question about `server`; `true` when they allow it.
+    async fn consents(&self, server: &str, summary: String) -> bool {
+        let answer = self
+            .questions
+            .ask(|request_id| AgentEvent::SamplingRequested {
+                request_id,
+                server: server.to_string(),
+                call_id: None,
+                summary,
+                options: vec![PermissionOption::AllowOnce, PermissionOption::RejectOnce],
+            })
+            .await;
+        matches!(answer, Answer::Decision(d) if d.allows())
     }
 }
 

@@ -55,6 +55,8 @@ struct Agent {
     sessions: Mutex<HashMap<String, Arc<AcpSession>>>,
     /// Our `session/request_permission` ids → the session and the question they answer.
     asked: Mutex<HashMap<u64, (Arc<AcpSession>, String)>>,
+    /// Each session's pump, awaited when the editor goes away so its servers are stopped.
+    pumps: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// One editor session on one engine session.
@@ -88,6 +90,7 @@ pub(crate) async fn serve(config: AcpConfig) -> Result<(), Failure> {
         next_id: AtomicU64::new(1),
         sessions: Mutex::new(HashMap::new()),
         asked: Mutex::new(HashMap::new()),
+        pumps: Mutex::new(Vec::new()),
     });
     let mut input = tokio::io::BufReader::new(tokio::io::stdin());
     let mut line = String::new();
@@ -117,13 +120,13 @@ pub(crate) async fn serve(config: AcpConfig) -> Result<(), Failure> {
         let _ = session.ops.send(Op::Shutdown);
     }
     // Give the session tasks a moment to stop their servers (each pump waits for its engine).
-    let wait_for = agent.clone();
+    let pumps: Vec<tokio::task::JoinHandle<()>> = agent
+        .pumps
+        .lock()
+        .map(|mut p| p.drain(..).collect())
+        .unwrap_or_default();
     drop(agent);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while Arc::strong_count(&wait_for) > 1 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    drop(wait_for);
+    let _ = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(pumps)).await;
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
     Ok(())
 }
@@ -358,7 +361,10 @@ impl Agent {
         for problem in problems {
             self.say(&session.id, &format!("tether: {problem}"));
         }
-        tokio::spawn(self.clone().pump(session, engine));
+        let pump = tokio::spawn(self.clone().pump(session, engine));
+        if let Ok(mut pumps) = self.pumps.lock() {
+            pumps.push(pump);
+        }
         Ok(())
     }
 
