@@ -92,12 +92,35 @@ await withAgent(async (agent, editor) => {
 });
 await withAgent(async (agent, editor) => {
   await within(agent.request("initialize", { protocolVersion: 1, clientCapabilities: {} }), 60, "initialize");
-  await within(
-    agent.request("session/load", { cwd: workdir, sessionId: report.session, mcpServers: [server("everything", everything)] }),
+  const loaded = await within(
+    agent.request("session/load", {
+      cwd: workdir,
+      sessionId: report.session,
+      mcpServers: [server("everything", everything), server("time", timeCmd)],
+    }),
     120,
     "session/load",
   );
-  report.replayed = editor.updates;
+  report.replayed = editor.updates.slice();
+  report.configOptions = loaded.configOptions;
+  // Slash commands the editor was offered, typed as prompts.
+  report.commands = [];
+  for (const text of ["/tools time", "/usage", "/clear", "/usage"]) {
+    const before = editor.updates.length;
+    const response = await within(
+      agent.request("session/prompt", { sessionId: report.session, prompt: [{ type: "text", text }] }),
+      120,
+      "session/prompt",
+    );
+    report.commands.push({ stopReason: response.stopReason, updates: editor.updates.slice(before) });
+  }
+  const switched = await within(
+    agent.request("session/set_config_option", { sessionId: report.session, configId: "model", value: "openai:other-model" }),
+    60,
+    "session/set_config_option",
+  );
+  report.switched = switched.configOptions;
+  report.loadedUpdates = editor.updates;
 });
 process.stdout.write(JSON.stringify(report) + "\n");
 process.exit(0);

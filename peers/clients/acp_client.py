@@ -6,7 +6,8 @@ usage: acp_client.py TETHER WORKDIR EVERYTHING_CMD TIME_CMD [MODEL_FLAGS...]
 It starts `tether acp MODEL_FLAGS...`, opens a session with server-everything, mcp-server-time
 and a broken server, sends three prompts whose tool call needs permission (answered
 allow_once, then reject_once, then cancelled by a session/cancel while it is pending), then
-starts a second agent process and loads the session. It prints one JSON report on stdout;
+starts a second agent process, loads the session, types the slash commands the agent offers
+and switches the model through its config option. It prints one JSON report on stdout;
 the test asserts on it. Every wait is bounded.
 """
 
@@ -101,11 +102,38 @@ async def main():
     replayed = Editor()
     async with acp.spawn_agent_process(replayed, tether, "acp", *model, cwd=workdir) as (conn, _):
         await asyncio.wait_for(conn.initialize(protocol_version=1), 60)
-        await asyncio.wait_for(
-            conn.load_session(cwd=workdir, session_id=session, mcp_servers=[server("everything", everything)]),
+        loaded = await asyncio.wait_for(
+            conn.load_session(
+                cwd=workdir,
+                session_id=session,
+                mcp_servers=[server("everything", everything), server("time", time_cmd)],
+            ),
             120,
         )
-        report["replayed"] = replayed.updates
+        report["replayed"] = list(replayed.updates)
+        report["configOptions"] = [
+            o.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for o in (loaded.config_options or [])
+        ]
+        # Slash commands the editor was offered, typed as prompts.
+        report["commands"] = []
+        for text in ["/tools time", "/usage", "/clear", "/usage"]:
+            before = len(replayed.updates)
+            response = await asyncio.wait_for(
+                conn.prompt(session_id=session, prompt=[acp.text_block(text)]), 120
+            )
+            report["commands"].append(
+                {"stopReason": response.stop_reason, "updates": replayed.updates[before:]}
+            )
+        switched = await asyncio.wait_for(
+            conn.set_config_option(config_id="model", session_id=session, value="openai:other-model"),
+            60,
+        )
+        report["switched"] = [
+            o.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for o in switched.config_options
+        ]
+        report["loadedUpdates"] = replayed.updates
     print(json.dumps(report))
 
 

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+pub use tether_catalog::PermissionOption;
 use tether_protocol::chat::{Message, Usage};
 use tether_protocol::{ContentBlock, QualifiedTool, ToolAnnotations};
 
@@ -197,6 +198,19 @@ pub enum AgentEvent {
         /// Tokens used over the turn.
         usage: Usage,
     },
+    /// The model changed (an accepted `set_model` op); later turns use it.
+    ModelChanged {
+        /// The `provider:model` spec now in use.
+        model: String,
+    },
+    /// The conversation was replaced as a whole (a `clear`, `compact` or
+    /// `replace_conversation` op): what the model sees from the next turn on.
+    ConversationReplaced {
+        /// The conversation now, in order.
+        messages: Vec<Message>,
+        /// One line saying what happened, for a person.
+        note: String,
+    },
     /// An op could not be carried out (unknown question id, a prompt while a turn runs, a
     /// line of input that is not an op).
     OpRejected {
@@ -214,6 +228,19 @@ impl AgentEvent {
     /// The one line a terminal shows for a restart.
     pub fn restart_line(server: &str, restarts: u32, reason: &str) -> String {
         format!("server \"{server}\" restarted (restart {restarts}) after {reason}")
+    }
+
+    /// The line a person reads for a notice or a restart; `None` for other events.
+    pub fn notice_line(&self) -> Option<String> {
+        match self {
+            AgentEvent::Notice { message } => Some(message.clone()),
+            AgentEvent::ServerRestarted {
+                server,
+                restarts,
+                reason,
+            } => Some(AgentEvent::restart_line(server, *restarts, reason)),
+            _ => None,
+        }
     }
 }
 
@@ -307,40 +334,6 @@ pub fn tool_title(tool: &QualifiedTool) -> String {
         .or(tool.tool.title.as_deref())
         .unwrap_or(&tool.tool.name);
     format!("{title} ({})", tool.server)
-}
-
-/// One answer a person may give to a permission question.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PermissionOption {
-    /// Run this call.
-    AllowOnce,
-    /// Run this call and later calls of the same tool in this session.
-    AllowAlways,
-    /// Do not run this call.
-    RejectOnce,
-    /// Do not run this call nor later calls of the same tool in this session.
-    RejectAlways,
-}
-
-impl PermissionOption {
-    /// Every option, in the order they are offered.
-    pub const ALL: [PermissionOption; 4] = [
-        PermissionOption::AllowOnce,
-        PermissionOption::AllowAlways,
-        PermissionOption::RejectOnce,
-        PermissionOption::RejectAlways,
-    ];
-
-    /// The label a person reads.
-    pub fn label(self) -> &'static str {
-        match self {
-            PermissionOption::AllowOnce => "Allow once",
-            PermissionOption::AllowAlways => "Always allow",
-            PermissionOption::RejectOnce => "Reject",
-            PermissionOption::RejectAlways => "Always reject",
-        }
-    }
 }
 
 #[cfg(test)]

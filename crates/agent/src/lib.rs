@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod attachments;
+pub mod compaction;
 pub mod context;
 pub mod events;
 pub mod overflow;

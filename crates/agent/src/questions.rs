@@ -3,13 +3,14 @@
 //! that answers it; nothing here reads a terminal. [`SessionHost`] is the session's
 //! `HostHandler` (what servers may ask of the host) and [`SessionApprover`] its `Approver`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use tether_catalog::StandingAnswers;
 use tether_llm::Provider;
 use tether_mcp::{
     ElicitationAnswer, ElicitationRequest, HostHandler, Root, SamplingPolicy, ServerNotice,
@@ -20,42 +21,7 @@ use crate::agent::{ApprovalRequest, Approver};
 use crate::events::{AgentEvent, PermissionOption, ToolKind, tool_title};
 use crate::sampling::{answer_sampling, describe_sampling};
 
-/// A person's answer to a permission or sampling question.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PermissionDecision {
-    /// Yes, this once.
-    AllowOnce,
-    /// Yes, and for every later call of this tool in the session.
-    AllowAlways,
-    /// No, this once.
-    RejectOnce,
-    /// No, and for every later call of this tool in the session.
-    RejectAlways,
-    /// The question was withdrawn (the turn was interrupted).
-    Cancelled,
-}
-
-impl PermissionDecision {
-    /// Whether the call may run.
-    pub fn allows(self) -> bool {
-        matches!(
-            self,
-            PermissionDecision::AllowOnce | PermissionDecision::AllowAlways
-        )
-    }
-}
-
-impl From<PermissionOption> for PermissionDecision {
-    fn from(option: PermissionOption) -> PermissionDecision {
-        match option {
-            PermissionOption::AllowOnce => PermissionDecision::AllowOnce,
-            PermissionOption::AllowAlways => PermissionDecision::AllowAlways,
-            PermissionOption::RejectOnce => PermissionDecision::RejectOnce,
-            PermissionOption::RejectAlways => PermissionDecision::RejectAlways,
-        }
-    }
-}
+pub use tether_catalog::PermissionDecision;
 
 /// A person's answer to an elicitation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -364,12 +330,11 @@ impl HostHandler for SessionHost {
     }
 }
 
-/// The session's approver: asks through [`Questions`] and remembers "always" answers for the
+/// The session's approver: asks through [`Questions`] and keeps "always" answers for the
 /// session, per tool.
 pub struct SessionApprover {
     questions: Arc<Questions>,
-    always_allow: Mutex<HashSet<String>>,
-    always_reject: Mutex<HashSet<String>>,
+    standing: StandingAnswers,
 }
 
 impl SessionApprover {
@@ -377,18 +342,7 @@ impl SessionApprover {
     pub fn new(questions: Arc<Questions>) -> SessionApprover {
         SessionApprover {
             questions,
-            always_allow: Mutex::new(HashSet::new()),
-            always_reject: Mutex::new(HashSet::new()),
-        }
-    }
-
-    fn remembered(&self, set: &Mutex<HashSet<String>>, name: &str) -> bool {
-        set.lock().is_ok_and(|s| s.contains(name))
-    }
-
-    fn remember(&self, set: &Mutex<HashSet<String>>, name: &str) {
-        if let Ok(mut s) = set.lock() {
-            s.insert(name.to_string());
+            standing: StandingAnswers::default(),
         }
     }
 }
@@ -401,11 +355,8 @@ impl Approver for SessionApprover {
     fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, bool> {
         Box::pin(async move {
             let name = &request.tool.qualified_name;
-            if self.remembered(&self.always_reject, name) {
-                return false;
-            }
-            if self.remembered(&self.always_allow, name) {
-                return true;
+            if let Some(standing) = self.standing.lookup(name) {
+                return standing;
             }
             let answer = self
                 .questions
@@ -424,11 +375,7 @@ impl Approver for SessionApprover {
                 Answer::Elicitation(ElicitationAnswer::Accept(_)) => PermissionDecision::AllowOnce,
                 Answer::Elicitation(_) => PermissionDecision::RejectOnce,
             };
-            match decision {
-                PermissionDecision::AllowAlways => self.remember(&self.always_allow, name),
-                PermissionDecision::RejectAlways => self.remember(&self.always_reject, name),
-                _ => {}
-            }
+            self.standing.remember(name, decision);
             decision.allows()
         })
     }

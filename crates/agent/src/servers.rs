@@ -97,3 +97,57 @@ impl ToolServers for ServerRegistry {
         Box::pin(crate::attachments::attach_resources(self, text))
     }
 }
+
+/// A registry its front end changes while the session lives (the chat's `/add` and
+/// `/remove`): the session reads it, and the front end takes it exclusively only between
+/// turns, when nothing of the session reads it. The plain getters answer from a read taken
+/// without waiting; they are only asked during a turn or at the session's start.
+impl ToolServers for tokio::sync::RwLock<ServerRegistry> {
+    fn names(&self) -> Vec<String> {
+        self.try_read().map(|r| r.names()).unwrap_or_default()
+    }
+
+    fn instructions(&self) -> Vec<(String, String)> {
+        self.try_read()
+            .map(|r| r.instructions())
+            .unwrap_or_default()
+    }
+
+    fn trusts_hints(&self, server: &str) -> bool {
+        self.try_read().is_ok_and(|r| r.trusts_hints(server))
+    }
+
+    fn call<'a>(
+        &'a self,
+        server: &'a str,
+        tool: &'a str,
+        arguments: Option<Map<String, Value>>,
+        progress: Option<UnboundedSender<Progress>>,
+    ) -> BoxFuture<'a, Result<ToolResult, McpError>> {
+        Box::pin(async move {
+            let registry = self.read().await;
+            registry.call(server, tool, arguments, progress).await
+        })
+    }
+
+    fn refresh<'a>(&'a self, catalog: &'a ToolCatalog) -> BoxFuture<'a, Option<Refresh>> {
+        Box::pin(async move { catalog.refresh(&*self.read().await).await })
+    }
+
+    fn resource_updates(&self) -> BoxFuture<'_, Vec<(Mention, Message)>> {
+        Box::pin(async move {
+            let registry = self.read().await;
+            crate::attachments::resource_updates(&registry).await
+        })
+    }
+
+    fn attach<'a>(
+        &'a self,
+        text: &'a str,
+    ) -> BoxFuture<'a, Result<(String, Vec<Mention>), McpError>> {
+        Box::pin(async move {
+            let registry = self.read().await;
+            crate::attachments::attach_resources(&registry, text).await
+        })
+    }
+}

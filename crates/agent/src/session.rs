@@ -67,6 +67,23 @@ pub enum Op {
         /// The spec.
         model: String,
     },
+    /// The system prompt from the next turn on; `null` removes it.
+    SetSystemPrompt {
+        /// The prompt.
+        #[serde(default)]
+        text: Option<String>,
+    },
+    /// Forget the conversation (between turns); answered by `conversation_replaced`.
+    Clear,
+    /// Replace all but the last exchange with a summary the model writes (between turns);
+    /// answered by `conversation_replaced`, or `op_rejected` when there is nothing to compact.
+    Compact,
+    /// Continue from `messages` instead of the conversation so far (a resumed session);
+    /// answered by `conversation_replaced`.
+    ReplaceConversation {
+        /// The conversation to continue.
+        messages: Vec<Message>,
+    },
     /// End the session once the running turn (if any) is interrupted.
     Shutdown,
 }
@@ -112,7 +129,7 @@ pub enum InputBlock {
 
 /// Builds models by spec, for [`Op::SetModel`].
 pub trait ModelSource: Send + Sync {
-    /// The provider for `spec`, or why not.
+    /// The provider for `spec`, or why not (a line that names `spec`).
     fn provider<'a>(&'a self, spec: &'a str) -> BoxFuture<'a, Result<Arc<dyn Provider>, String>>;
 }
 
@@ -264,9 +281,30 @@ impl Session {
             ),
             Op::Interrupt => {}
             Op::SetApprovalMode { mode } => self.options.approval_mode = mode,
+            Op::SetSystemPrompt { text } => self.options.system_prompt = text,
             Op::SetModel { model } => self.set_model(model).await,
+            Op::Clear => self.replace(Vec::new(), "conversation cleared".into()),
+            Op::Compact => {
+                let provider = self.model.provider();
+                match crate::compaction::compact(provider.as_ref(), &self.conversation).await {
+                    Ok((messages, note)) => self.replace(messages, note),
+                    Err(message) => self.reject(message),
+                }
+            }
+            Op::ReplaceConversation { messages } => {
+                let note = format!("continuing a conversation of {} messages", messages.len());
+                self.replace(messages, note);
+            }
             Op::Prompt { .. } | Op::Shutdown => {}
         }
+    }
+
+    /// Makes `messages` the conversation and says so.
+    fn replace(&mut self, messages: Vec<Message>, note: String) {
+        self.conversation = messages.clone();
+        let _ = self
+            .out
+            .send(AgentEvent::ConversationReplaced { messages, note });
     }
 
     fn answer(&self, request_id: &str, answer: Answer) {
@@ -284,11 +322,10 @@ impl Session {
             Ok(provider) => {
                 self.options.context_window = provider.context_window();
                 self.model.set(spec.clone(), provider);
-                let _ = self.out.send(AgentEvent::Notice {
-                    message: format!("model is now {spec}"),
-                });
+                let _ = self.out.send(AgentEvent::ModelChanged { model: spec });
             }
-            Err(error) => self.reject(format!("model \"{spec}\": {error}")),
+            // The source's error names the spec.
+            Err(error) => self.reject(error),
         }
     }
 
@@ -404,7 +441,15 @@ impl Session {
                             }
                         }
                         Some(Op::SetApprovalMode { mode }) => self.options.approval_mode = mode,
-                        Some(Op::Prompt { .. } | Op::SetModel { .. }) => {
+                        // Read when the next turn starts.
+                        Some(Op::SetSystemPrompt { text }) => self.options.system_prompt = text,
+                        Some(
+                            Op::Prompt { .. }
+                            | Op::SetModel { .. }
+                            | Op::Clear
+                            | Op::Compact
+                            | Op::ReplaceConversation { .. },
+                        ) => {
                             let _ = self.out.send(AgentEvent::OpRejected {
                                 message: "a turn is running; wait for turn_ended or interrupt it first".into(),
                             });

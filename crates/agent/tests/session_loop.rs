@@ -405,3 +405,117 @@ async fn the_step_limit_ends_a_turn_that_keeps_calling_tools() {
     assert_eq!(model.requests().len(), 3);
     assert_eq!(servers.calls().len(), 3);
 }
+
+/// The ops a chat or an editor sends between turns: the system prompt for the next turn,
+/// compaction by the model (the last exchange kept), a cleared conversation, a resumed one;
+/// each replacement is announced with the conversation now, and a compaction with nothing to
+/// compact, or one asked for during a turn, is refused in words.
+#[tokio::test]
+async fn conversation_ops_between_turns() {
+    let model = FakeModel::new(
+        vec![
+            Answer::Text("First."),
+            Answer::Calls(vec![("c1", "fake__write", "{}")]),
+            Answer::Text("Second."),
+            Answer::Text("A summary."),
+            Answer::Text("After."),
+        ],
+        false,
+    );
+    let mut handle = start(model.clone(), FakeServers::new(), 5);
+    let replaced = |e: &AgentEvent| {
+        matches!(
+            e,
+            AgentEvent::ConversationReplaced { .. } | AgentEvent::OpRejected { .. }
+        )
+    };
+    handle.ops.send(Op::Compact).unwrap();
+    let events = until(&mut handle, replaced).await;
+    assert!(
+        matches!(events.last(), Some(AgentEvent::OpRejected { message }) if message.contains("nothing to compact")),
+        "{events:#?}"
+    );
+    handle
+        .ops
+        .send(Op::SetSystemPrompt {
+            text: Some("Be brief.".into()),
+        })
+        .unwrap();
+    prompt(&handle, "one");
+    until(&mut handle, turn_ended).await;
+    let system = &model.requests()[0].messages[0];
+    assert!(
+        matches!(system, Message::System { content } if content.contains("Be brief.")),
+        "{system:?}"
+    );
+    prompt(&handle, "two");
+    let asked = until(&mut handle, |e| {
+        matches!(e, AgentEvent::PermissionRequested { .. })
+    })
+    .await;
+    let Some(AgentEvent::PermissionRequested { request_id, .. }) = asked.last() else {
+        unreachable!()
+    };
+    // Asked while the turn runs: refused, and the turn goes on.
+    handle.ops.send(Op::Clear).unwrap();
+    let events = until(&mut handle, |e| matches!(e, AgentEvent::OpRejected { .. })).await;
+    assert!(
+        matches!(events.last(), Some(AgentEvent::OpRejected { message }) if message.contains("a turn is running")),
+        "{events:#?}"
+    );
+    handle
+        .ops
+        .send(Op::Decide {
+            request_id: request_id.clone(),
+            decision: PermissionDecision::RejectOnce,
+        })
+        .unwrap();
+    let events = until(&mut handle, turn_ended).await;
+    assert_eq!(stop_reason(&events), StopReason::EndTurn);
+
+    handle.ops.send(Op::Compact).unwrap();
+    let events = until(&mut handle, replaced).await;
+    let Some(AgentEvent::ConversationReplaced { messages, note }) = events.last() else {
+        panic!("{events:#?}");
+    };
+    assert!(note.starts_with("compacted 2 earlier messages"), "{note}");
+    assert!(
+        matches!(&messages[0], Message::User { content } if content.contains("A summary.")),
+        "{messages:#?}"
+    );
+    assert!(
+        matches!(&messages[1], Message::User { content } if content == "two"),
+        "the last exchange is kept: {messages:#?}"
+    );
+    assert_eq!(
+        messages.len(),
+        5,
+        "the summary, then the question, the call, its refusal and the answer: {messages:#?}"
+    );
+
+    handle.ops.send(Op::Clear).unwrap();
+    let events = until(&mut handle, replaced).await;
+    assert!(
+        matches!(events.last(), Some(AgentEvent::ConversationReplaced { messages, .. }) if messages.is_empty()),
+        "{events:#?}"
+    );
+    let resumed = vec![Message::user("earlier"), Message::assistant("noted")];
+    handle
+        .ops
+        .send(Op::ReplaceConversation {
+            messages: resumed.clone(),
+        })
+        .unwrap();
+    until(&mut handle, replaced).await;
+    prompt(&handle, "three");
+    until(&mut handle, turn_ended).await;
+    let last = model.requests().last().unwrap().messages.clone();
+    let users: Vec<&str> = last
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { content } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(users, ["earlier", "three"], "{last:#?}");
+}

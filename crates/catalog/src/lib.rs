@@ -7,6 +7,7 @@
 //! the same rules.
 
 pub mod catalog;
+pub mod permission;
 pub mod pins;
 pub mod policy;
 pub mod search;
@@ -17,6 +18,7 @@ pub use catalog::{
     Refresh, ServerTools, Snapshot, ToolCatalog, definition, estimate_tokens, one_line,
     schema_problems,
 };
+pub use permission::{PermissionDecision, PermissionOption, StandingAnswers};
 pub use pins::{PinBook, PinError, PinReport};
 pub use policy::{ApprovalMode, ApprovalRules, Decision, Hints, decide};
 pub use search::{Hit, Ranking, SearchIndex};

@@ -15,11 +15,12 @@ use std::sync::{Arc, Mutex, Weak};
 use async_trait::async_trait;
 use futures::future::{BoxFuture, join_all};
 use serde_json::{Map, Value, json};
+use tether_catalog::permission::{decision_from_form, permission_form};
 use tether_catalog::policy::{ApprovalMode, ApprovalRules, Decision, Hints, decide};
 use tether_catalog::selection::{
     Resolved, SelectionMode, SelectionOptions, ToolSelection, selection_for,
 };
-use tether_catalog::{ServerTools, Snapshot, ToolCatalog};
+use tether_catalog::{PermissionDecision, ServerTools, Snapshot, StandingAnswers, ToolCatalog};
 use tether_mcp::input_rounds::{Forwarding, InputRequired, InputRound, Reply, unguessable_token};
 use tether_mcp::router::qualify;
 use tether_mcp::serve::HeldQuestion;
@@ -250,6 +251,7 @@ impl Gateway {
         Arc::new(GatewaySession {
             log_level: Mutex::new(None),
             subscribed: Mutex::new(Default::default()),
+            standing: StandingAnswers::default(),
             gateway: self.clone(),
             selection,
             allowed_view: Mutex::default(),
@@ -722,6 +724,9 @@ pub struct GatewaySession {
     log_level: Mutex<Option<String>>,
     /// The resources this client subscribed to: only their updates reach it.
     subscribed: Mutex<std::collections::HashSet<String>>,
+    /// This client's user's "always allow" and "always reject" answers to `ask` rules
+    /// (a session-less 2026-07-28 request keeps none).
+    standing: StandingAnswers,
 }
 
 type AllowedView = (Arc<Snapshot>, Vec<String>, Arc<Snapshot>);
@@ -849,51 +854,78 @@ impl GatewaySession {
             },
             true,
         );
-        let message = format!("Allow the tool \"{qualified_name}\" with {arguments}?");
-        let schema = json!({"type": "object", "properties": {}});
+        let message = format!(
+            "Allow the tool \"{qualified_name}\" with {arguments}? (an \"ask\" rule in the gateway's config)"
+        );
+        let refused =
+            || Approval::Refused(format!("the user did not approve \"{qualified_name}\""));
+        let unable = || {
+            Approval::Refused(format!(
+                "\"{qualified_name}\" needs the user's approval (an \"ask\" rule in the gateway's config), and this client cannot be asked (it does not support elicitation)"
+            ))
+        };
         match decision {
             Decision::Allow => Approval::Granted { in_round: false },
             Decision::Deny(reason) => {
                 Approval::Refused(format!("\"{qualified_name}\" is blocked: {reason}"))
             }
-            // A 2026-07-28 client is asked with an input-required result and answers in its
-            // retry; the gateway keeps nothing in between.
-            Decision::Ask if caller.input_round().is_some() => {
-                let round = caller.input_round().cloned().unwrap_or_default();
-                if round.is_marked(APPROVED) {
-                    return Approval::Granted { in_round: true };
-                }
-                match round
-                    .answer(APPROVAL_KEY)
-                    .and_then(|a| a.get("action"))
-                    .and_then(Value::as_str)
-                {
-                    Some("accept") => Approval::Granted { in_round: true },
-                    Some(_) => {
-                        Approval::Refused(format!("the user did not approve \"{qualified_name}\""))
+            Decision::Ask => match self.standing.lookup(qualified_name) {
+                Some(true) => Approval::Granted { in_round: false },
+                Some(false) => Approval::Refused(format!(
+                    "the user rejected \"{qualified_name}\" for the rest of this session"
+                )),
+                // A 2026-07-28 client is asked with an input-required result and answers in
+                // its retry; the gateway keeps nothing in between.
+                None if caller.input_round().is_some() => {
+                    let round = caller.input_round().cloned().unwrap_or_default();
+                    if round.is_marked(APPROVED) {
+                        return Approval::Granted { in_round: true };
                     }
-                    None if caller.declared("elicitation") => {
-                        Approval::Question(InputRequired::form(APPROVAL_KEY, &message, schema))
+                    let Some(answer) = round.answer(APPROVAL_KEY) else {
+                        if !caller.declared("elicitation") {
+                            return unable();
+                        }
+                        return Approval::Question(InputRequired::form(
+                            APPROVAL_KEY,
+                            &message,
+                            permission_form(),
+                        ));
+                    };
+                    if answer.get("action").and_then(Value::as_str) != Some("accept") {
+                        return refused();
                     }
-                    None => Approval::Refused(format!(
-                        "\"{qualified_name}\" needs the user's approval (an \"ask\" rule in the gateway's config), and this client cannot be asked (it does not support elicitation)"
-                    )),
-                }
-            }
-            Decision::Ask => {
-                if !caller.supports("elicitation") {
-                    return Approval::Refused(format!(
-                        "\"{qualified_name}\" needs the user's approval (an \"ask\" rule in the gateway's config), and this client cannot be asked (it does not support elicitation)"
-                    ));
-                }
-                let request = ElicitationRequest::Form { message, schema };
-                match caller.elicit(request).await {
-                    ElicitationAnswer::Accept(_) => Approval::Granted { in_round: false },
-                    _ => {
-                        Approval::Refused(format!("the user did not approve \"{qualified_name}\""))
+                    let content = answer
+                        .get("content")
+                        .and_then(Value::as_object)
+                        .cloned()
+                        .unwrap_or_default();
+                    if decision_from_form(&content).allows() {
+                        Approval::Granted { in_round: true }
+                    } else {
+                        refused()
                     }
                 }
-            }
+                None => {
+                    if !caller.supports("elicitation") {
+                        return unable();
+                    }
+                    let request = ElicitationRequest::Form {
+                        message,
+                        schema: permission_form(),
+                    };
+                    let decision = match caller.elicit(request).await {
+                        ElicitationAnswer::Accept(content) => decision_from_form(&content),
+                        ElicitationAnswer::Decline => PermissionDecision::RejectOnce,
+                        ElicitationAnswer::Cancel => PermissionDecision::Cancelled,
+                    };
+                    self.standing.remember(qualified_name, decision);
+                    if decision.allows() {
+                        Approval::Granted { in_round: false }
+                    } else {
+                        refused()
+                    }
+                }
+            },
         }
     }
 }

@@ -28,6 +28,10 @@ use crate::engine::{EngineStart, start};
 use crate::models::ModelArgs;
 use crate::session::{Record, SessionLog};
 
+mod commands;
+
+use commands::{Mirror, Pending};
+
 /// The ACP version we speak.
 const PROTOCOL_VERSION: u64 = 1;
 /// Longest message taken from the editor (a prompt with embedded files fits).
@@ -63,9 +67,17 @@ struct Agent {
 struct AcpSession {
     id: String,
     ops: UnboundedSender<Op>,
-    /// The `session/prompt` request waiting for its turn to end.
-    prompt: Mutex<Option<Value>>,
+    /// The editor's request waiting for the session: a prompt for its turn's end, a slash
+    /// command or a model change for the session's answer.
+    pending: Mutex<Option<Pending>>,
     log: Option<Mutex<SessionLog>>,
+    /// The servers, catalogue and tool selection the session shares, for `/servers` and
+    /// `/tools`.
+    registry: Arc<tokio::sync::RwLock<tether_mcp::ServerRegistry>>,
+    catalog: tether_catalog::ToolCatalog,
+    selection: Arc<dyn tether_catalog::ToolSelection>,
+    /// What the slash commands show of the session's state, kept from its events.
+    mirror: Mutex<Mirror>,
 }
 
 /// `tether acp`: serves one editor on stdin and stdout until stdin ends.
@@ -220,9 +232,15 @@ impl Agent {
                 Err(error) => Err(error),
             },
             "session/prompt" => match params::<acp::PromptRequest>(body) {
-                Ok(request) => return self.prompt(request, id),
+                Ok(request) => return self.prompt(request, id).await,
                 Err(error) => Err(error),
             },
+            "session/set_config_option" => {
+                match params::<acp::SetSessionConfigOptionRequest>(body) {
+                    Ok(request) => return self.set_config_option(request, id),
+                    Err(error) => Err(error),
+                }
+            }
             "session/set_mode" => match params::<acp::SetSessionModeRequest>(body) {
                 Ok(request) => self.set_mode(&request.session_id.0, &request.mode_id.0),
                 Err(error) => Err(error),
@@ -285,6 +303,7 @@ impl Agent {
                 cwd.display()
             )));
         }
+        let history_len = history.len();
         let mut servers = self.config.servers.clone();
         let mut problems = Vec::new();
         for server in editor_servers {
@@ -302,7 +321,7 @@ impl Agent {
             }
             servers.push(builtin);
         }
-        let engine = start(EngineStart {
+        let mut engine = start(EngineStart {
             servers,
             settings: &self.config.settings,
             args: &self.config.args,
@@ -316,6 +335,13 @@ impl Agent {
         })
         .await
         .map_err(|f| json!({"code": -32603, "message": f.message.unwrap_or_default()}))?;
+        // The session's first event names its model, which the answer offers as an option.
+        let model = match engine.handle.events.recv().await {
+            Some(AgentEvent::SessionStarted { model, .. }) => model,
+            _ => {
+                return Err(json!({"code": -32603, "message": "the session ended as it started"}));
+            }
+        };
         let log = match &saved {
             Some((path, _)) => SessionLog::reopen(path).ok(),
             None => crate::session::sessions_dir().and_then(|dir| {
@@ -339,8 +365,16 @@ impl Agent {
         let session = Arc::new(AcpSession {
             id: id.clone(),
             ops: engine.handle.ops.clone(),
-            prompt: Mutex::new(None),
+            pending: Mutex::new(None),
             log: log.map(Mutex::new),
+            registry: engine.registry.clone(),
+            catalog: engine.catalog.clone(),
+            selection: engine.selection.clone(),
+            mirror: Mutex::new(Mirror {
+                messages: history_len,
+                system_prompt: engine.options.system_prompt.clone(),
+                ..Mirror::new(model.clone())
+            }),
         });
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.insert(id.clone(), session.clone());
@@ -352,12 +386,13 @@ impl Agent {
             crate::models::ApproveArg::Never => "never",
         };
         // session/load's answer names no session: the editor named it.
-        let answer = if saved.is_some() {
-            json!({"modes": modes(mode)})
-        } else {
-            json!({"sessionId": id, "modes": modes(mode)})
-        };
+        let mut answer =
+            json!({"modes": modes(mode), "configOptions": commands::config_options(&model)});
+        if saved.is_none() {
+            answer["sessionId"] = json!(id);
+        }
         self.reply(reply_to, Ok(answer));
+        self.update(&id, commands::available_commands());
         for problem in problems {
             self.say(&session.id, &format!("tether: {problem}"));
         }
@@ -397,19 +432,22 @@ impl Agent {
         .await
     }
 
-    fn prompt(&self, request: acp::PromptRequest, id: Value) -> Option<Result<Value, Value>> {
+    async fn prompt(&self, request: acp::PromptRequest, id: Value) -> Option<Result<Value, Value>> {
         let session = match self.session(&request.session_id.0) {
             Ok(session) => session,
             Err(error) => return Some(Err(error)),
         };
         let content: Vec<InputBlock> = request.prompt.into_iter().filter_map(input_block).collect();
-        if let Ok(mut prompt) = session.prompt.lock() {
-            if prompt.is_some() {
-                return Some(Err(
-                    json!({"code": -32602, "message": "a prompt is already running in this session; wait for it or send session/cancel"}),
-                ));
-            }
-            *prompt = Some(id);
+        // A slash command the editor was offered runs here; any other text, "/etc/hosts"
+        // included, is the model's.
+        if let [InputBlock::Text { text }] = content.as_slice()
+            && let Some(Ok((command, rest))) = crate::slash::SlashCommand::parse(text)
+            && command.in_editor()
+        {
+            return self.command(&session, command, rest, id).await;
+        }
+        if let Err(busy) = session.wait_for(Pending::Turn(id)) {
+            return Some(Err(busy));
         }
         let _ = session.ops.send(Op::Prompt { content });
         None
@@ -439,17 +477,22 @@ impl Agent {
         while let Some(event) = engine.handle.events.recv().await {
             match event {
                 AgentEvent::MessageAdded { message } => {
-                    if let Some(log) = &session.log
-                        && let Ok(mut log) = log.lock()
-                    {
-                        let _ = log.append(&Record::Message { message });
-                    }
+                    session.note(|m| m.messages += 1);
+                    session.save(Record::Message { message });
                 }
+                AgentEvent::ModelChanged { model } => self.model_changed(&session, model),
+                AgentEvent::ConversationReplaced { messages, note } => {
+                    self.conversation_replaced(&session, messages, note)
+                }
+                AgentEvent::OpRejected { message } => self.rejected(&session, message),
                 AgentEvent::TurnEnded {
-                    stop_reason, text, ..
+                    stop_reason,
+                    text,
+                    usage,
+                    ..
                 } => {
-                    let prompt = session.prompt.lock().ok().and_then(|mut p| p.take());
-                    if let Some(prompt) = prompt {
+                    session.note(|m| m.usage += usage);
+                    if let Some(Pending::Turn(prompt)) = session.take_pending() {
                         let outcome = match stop_reason {
                             StopReason::Error => Err(json!({"code": -32603, "message": text})),
                             reason => {
@@ -699,12 +742,6 @@ fn update_for(event: AgentEvent) -> Option<Value> {
             reason,
         } => json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text",
             "text": format!("\ntether: {}\n", AgentEvent::restart_line(&server, restarts, &reason))}}),
-        // An answer to a question already withdrawn (the editor answers "cancelled" after its
-        // own session/cancel, as the protocol asks): nothing for the person to read.
-        AgentEvent::OpRejected { message } => {
-            tracing::debug!("acp: {message}");
-            return None;
-        }
         _ => return None,
     })
 }

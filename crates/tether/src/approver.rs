@@ -1,13 +1,11 @@
 //! The terminal's answers to questions: asks before a call on standard error and reads the
 //! answer, remembering "always" answers for the session, a server, or in the config file.
-//! `TerminalAnswers` answers a session's question events with ops (text `run`);
-//! `TerminalApprover` is the same questions as the loop's `Approver` (the chat).
+//! `TerminalAnswers` answers a session's question events with ops (text `run` and the chat).
 
 use std::sync::Mutex;
 
-use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
-use tether_agent::{AgentEvent, AnswerAction, ApprovalRequest, Approver, Op, PermissionDecision};
+use tether_agent::{AgentEvent, AnswerAction, Op, PermissionDecision};
 use tether_mcp::{ElicitationAnswer, ElicitationRequest};
 
 use crate::host::ask;
@@ -140,90 +138,6 @@ impl TerminalAnswers {
             }
             _ => None,
         }
-    }
-}
-
-/// Asks on the terminal; only used when stdin and stderr are terminals.
-#[derive(Default)]
-pub(crate) struct TerminalApprover {
-    /// Tools the user said "always" to, for this session.
-    always: Mutex<Vec<String>>,
-    /// Servers the user said "always" to, for this session.
-    always_servers: Mutex<Vec<String>>,
-    /// The config file where "always, and remember" answers are written.
-    config_file: Option<std::path::PathBuf>,
-}
-
-impl TerminalApprover {
-    /// An approver that can write lasting "always" answers into `config_file`.
-    pub(crate) fn remembering_in(config_file: Option<std::path::PathBuf>) -> TerminalApprover {
-        TerminalApprover {
-            config_file,
-            ..TerminalApprover::default()
-        }
-    }
-}
-
-impl Approver for TerminalApprover {
-    fn interactive(&self) -> bool {
-        true
-    }
-
-    fn approve<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, bool> {
-        Box::pin(async move {
-            let name = request.tool.qualified_name.clone();
-            let server = request.tool.server.clone();
-            let remembered = self
-                .always
-                .lock()
-                .map(|a| a.contains(&name))
-                .unwrap_or(false)
-                || self
-                    .always_servers
-                    .lock()
-                    .map(|a| a.contains(&server))
-                    .unwrap_or(false);
-            if remembered {
-                return true;
-            }
-            let arguments = clip(&request.arguments.to_string(), 300);
-            let hints = &request.tool.tool.annotations;
-            let warning = if hints.destructive_hint == Some(true) {
-                " (destructive)"
-            } else {
-                ""
-            };
-            let prompt = format!(
-                "\nallow {name}{warning} {arguments}? [y]es / [n]o / [a]lways for this tool / always for [s]erver \"{server}\" / [r]emember in the config, then Enter: "
-            );
-            let answer = ask(prompt).await.unwrap_or_default().to_lowercase();
-            match answer.as_str() {
-                "y" | "yes" => true,
-                "a" | "always" => {
-                    if let Ok(mut always) = self.always.lock() {
-                        always.push(name);
-                    }
-                    true
-                }
-                "r" | "remember" => {
-                    match remember(self.config_file.as_deref(), &name) {
-                        Ok(path) => safe_eprintln!("(allowed {name} in {})", path.display()),
-                        Err(error) => safe_eprintln!("warning: not remembered: {error}"),
-                    }
-                    if let Ok(mut always) = self.always.lock() {
-                        always.push(name);
-                    }
-                    true
-                }
-                "s" | "server" => {
-                    if let Ok(mut always) = self.always_servers.lock() {
-                        always.push(server);
-                    }
-                    true
-                }
-                _ => false,
-            }
-        })
     }
 }
 

@@ -1,7 +1,12 @@
-//! `tether chat`: the conversation people work in. A line editor with history across runs
-//! and completion (slash commands, servers, tools, prompts, `@server:uri`), slash commands,
-//! and a session file that records every message as it happens (see `session`). Over a pipe
-//! it reads plain lines and prints no prompts.
+//! `tether chat`: the conversation people work in, on one engine session (`engine.rs`) for
+//! its whole life. The chat is a renderer and an input source: a line becomes a prompt op, a
+//! slash command becomes an op (`/model`, `/approve`, `/system`, `/clear`, `/compact`,
+//! `/resume`) or a look at the servers the session shares (`/tools`, `/servers`,
+//! `/resources`); the session's events are shown as they come, its questions asked on the
+//! terminal and answered with ops. A line editor gives history across runs and completion
+//! (slash commands, servers, tools, prompts, `@server:uri`); a session file records every
+//! message as it happens (see `session`). Over a pipe it reads plain lines and prints no
+//! prompts.
 
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
@@ -9,47 +14,53 @@ use std::time::Instant;
 
 use rustyline::Editor;
 use serde_json::{Map, Value};
-use tether_agent::{
-    Agent, AgentError, ApprovalMode, Approver, NonInteractive, TurnOutcome, attach_resources,
-};
-use tether_catalog::{SelectionMode, ToolCatalog, ToolSelection, selection_for};
-use tether_llm::Provider;
-use tether_mcp::{ServerConfig, ServerRegistry};
+use tether_agent::{AgentEvent, ApprovalMode, InputBlock, Op, StopReason};
+use tether_mcp::{HostHandler, ServerConfig};
 use tether_protocol::chat::{Message, Usage};
 use tokio_util::sync::CancellationToken;
 
 use crate::Failure;
-use crate::approver::TerminalApprover;
-use crate::chat_input::{
-    COMMANDS, Catalog, ChatHelper, Input, Line, closest_command, expand_prompt, history_path,
-};
-use crate::host::TerminalHost;
-use crate::models::{ModelArgs, Setup, build_provider, setup};
+use crate::approver::TerminalAnswers;
+use crate::chat_input::{Catalog, ChatHelper, Input, Line, expand_prompt, history_path};
+use crate::engine::{Engine, start_in_terminal};
+use crate::host::{PromptPrinter, TerminalHost};
+use crate::models::ModelArgs;
 use crate::session::{self, Loaded, Record, SessionLog};
 use crate::sessions::{session_line, show_transcript, turns};
-use crate::terminal_view::{Style, clip, spawn_styled_renderer};
+use crate::slash::{
+    SlashCommand, help_text, prompts_text, resources_text, servers_text, tools_text, usage_text,
+};
+use crate::terminal_view::{EventView, Style};
 
-/// The running chat: model, servers, conversation, and the session file.
-struct Chat<'a> {
-    provider: Arc<dyn Provider>,
-    spec: String,
-    options: tether_agent::AgentOptions,
-    /// Mutable for `/add` and `/remove`; every turn borrows it.
-    registry: &'a mut ServerRegistry,
-    /// Shared with every turn, so a `tools/list_changed` seen in one turn is seen by all later
-    /// ones.
-    tools: ToolCatalog,
-    /// Which tools each request offers; search mode's loaded tools last the whole chat.
-    selection: Arc<dyn ToolSelection>,
-    host: Arc<TerminalHost>,
+/// The running chat: its engine session, what it mirrors of the session's state for the
+/// commands that show it, and the session file.
+struct Chat {
+    engine: Engine,
+    /// The model spec in use.
+    model: String,
+    /// The system prompt set with `/system`, or the configured one.
+    system_prompt: Option<String>,
+    /// The session's conversation as its events built it (`/result`, `/export`, `/usage`).
     conversation: Vec<Message>,
     usage: Usage,
     log: Option<Arc<Mutex<SessionLog>>>,
     interactive: bool,
-    args: ModelArgs,
-    settings: Map<String, Value>,
-    /// Asks about tool calls; its "always" answers last the whole chat.
-    approver: TerminalApprover,
+    /// Asks the session's questions on the terminal; its "always" answers last the chat.
+    answers: TerminalAnswers,
+    /// Prints a server's notices above the line being edited, between turns.
+    printer: Option<PromptPrinter>,
+    /// Cancelled by Ctrl-C; replaced for each turn.
+    current: Arc<Mutex<CancellationToken>>,
+}
+
+/// How a replaced conversation goes into the session file.
+enum Logged {
+    /// Not at all: the file already holds it (a resumed session's own file).
+    Already,
+    /// These messages are added after what the file holds.
+    Appended(Vec<Message>),
+    /// From scratch: the file's conversation is cleared and written again.
+    Whole,
 }
 
 /// `tether chat [--resume [ID]]`.
@@ -57,81 +68,63 @@ pub async fn chat(
     servers: Vec<ServerConfig>,
     settings: Map<String, Value>,
     args: ModelArgs,
-    mut host: TerminalHost,
+    host: TerminalHost,
     resume: Option<Option<String>>,
     config_file: Option<std::path::PathBuf>,
 ) -> Result<(), Failure> {
-    let Setup {
-        provider,
-        options,
-        spec,
-        selection,
-    } = setup(&args, &settings).await?;
-    let semantic = crate::semantic::enabled(&settings)?;
-    let provider: Arc<dyn Provider> = Arc::from(provider);
-    host.provider = Some(provider.clone());
     let interactive = host.interactive;
-    let host = Arc::new(host);
-    let mut registry = ServerRegistry::start_settling(servers, host.clone()).await;
-    for failure in registry.failures() {
-        safe_eprintln!("warning: {failure}");
-    }
-    let (tools, errors) = ToolCatalog::load(&registry).await;
-    for error in errors {
-        safe_eprintln!("warning: {error}");
-    }
-    // Only a catalogue that will be searched needs the encoder (and its download). The embedded
-    // model is not offered `search_tools` and pre-selects lexically: semantic ranking always
-    // fills its three places with look-alike tools, which cost the 135M model 14 points on the
-    // accuracy bench (docs/decisions.md).
-    let searches = selection.search_tool
-        && selection_for(&selection).effective_mode(&tools.snapshot()) != SelectionMode::All;
-    if let Some(warning) = crate::semantic::attach(&tools, semantic && searches).await {
-        safe_eprintln!("warning: {warning}");
-    }
-    for line in crate::run::pin_tools(&tools, &registry) {
-        safe_eprintln!("note: {}", crate::render::terminal_safe(&line));
-    }
+    let mut engine = start_in_terminal(servers, &settings, &args, &host, interactive).await?;
+    // The session's first event names its model and tools.
+    let (model, tools) = match engine.handle.events.recv().await {
+        Some(AgentEvent::SessionStarted { model, tools, .. }) => (model, tools),
+        _ => return Err(Failure::partial("the session ended as it started")),
+    };
+    let current = Arc::new(Mutex::new(CancellationToken::new()));
+    crate::run::watch_ctrl_c(current.clone());
     let mut chat = Chat {
-        provider,
-        spec,
-        options,
-        registry: &mut registry,
-        tools,
-        selection: selection_for(&selection),
-        host,
+        model,
+        system_prompt: engine.options.system_prompt.clone(),
+        engine,
         conversation: Vec::new(),
         usage: Usage::default(),
         log: None,
         interactive,
-        args,
-        settings,
-        approver: TerminalApprover::remembering_in(
+        answers: TerminalAnswers::remembering_in(
             config_file.or_else(tether_mcp::config::user_config_path),
         ),
+        printer: None,
+        current,
     };
-    let outcome = chat.main_loop(resume).await;
+    let outcome = chat.main_loop(resume, tools).await;
     chat.forget_if_empty();
-    registry.shutdown().await;
+    let _ = chat.engine.handle.ops.send(Op::Shutdown);
+    // What the session still had to say (a server's last notice) is shown before it ends.
+    while let Some(event) = chat.engine.handle.events.recv().await {
+        chat.idle_event(event);
+    }
+    chat.engine.shut_down().await;
     outcome
 }
 
-impl Chat<'_> {
-    async fn main_loop(&mut self, resume: Option<Option<String>>) -> Result<(), Failure> {
+impl Chat {
+    async fn main_loop(
+        &mut self,
+        resume: Option<Option<String>>,
+        tools: usize,
+    ) -> Result<(), Failure> {
         match resume {
-            Some(id) => self.resume(id.as_deref()).map_err(Failure::usage)?,
+            Some(id) => self.resume(id.as_deref()).await.map_err(Failure::usage)?,
             None => self.new_session(),
         }
-        let catalog = Catalog::gather(self.registry, &self.tools).await;
+        let catalog =
+            Catalog::gather(&*self.engine.registry.read().await, &self.engine.catalog).await;
         let mut input = if self.interactive {
             let config = rustyline::Config::builder().auto_add_history(false).build();
             match Editor::with_config(config) {
                 Ok(mut editor) => {
                     editor.set_helper(Some(ChatHelper { catalog }));
-                    if let Ok(printer) = editor.create_external_printer()
-                        && let Ok(mut slot) = self.host.printer.lock()
-                    {
-                        *slot = Some(Box::new(printer));
+                    if let Ok(printer) = editor.create_external_printer() {
+                        self.printer = Some(Box::new(printer));
                     }
                     let history = history_path();
                     if let Some(path) = &history {
@@ -148,19 +141,18 @@ impl Chat<'_> {
             Input::Pipe
         };
         if self.interactive {
+            let mode = self
+                .engine
+                .selection
+                .effective_mode(&self.engine.catalog.snapshot());
             safe_eprintln!(
-                "tether chat with {} and {} tools ({} mode); /help for commands, Ctrl-C cancels an answer, Ctrl-D leaves",
-                self.provider.name(),
-                self.tools.snapshot().tools().len(),
-                self.selection
-                    .effective_mode(&self.tools.snapshot())
-                    .as_str()
+                "tether chat with {} and {tools} tools ({} mode); /help for commands, Ctrl-C cancels an answer, Ctrl-D leaves",
+                self.model,
+                mode.as_str()
             );
         }
-        let current = Arc::new(Mutex::new(CancellationToken::new()));
-        crate::run::watch_ctrl_c(current.clone());
         loop {
-            let (next, line) = input.read("you> ").await;
+            let (next, line) = self.read(input).await;
             input = next;
             let line = match line {
                 Line::Text(line) => line,
@@ -171,30 +163,89 @@ impl Chat<'_> {
             if trimmed.is_empty() {
                 continue;
             }
-            if trimmed.starts_with('/') {
-                match self.command(trimmed).await {
-                    Ok(Step::Continue) => continue,
+            match SlashCommand::parse(trimmed) {
+                None => self.turn(trimmed.to_string()).await,
+                Some(Err(message)) => safe_eprintln!("error: {message}"),
+                Some(Ok((command, rest))) => match self.command(command, rest).await {
+                    Ok(Step::Continue) => {}
                     Ok(Step::Quit) => break,
-                    Ok(Step::Send(messages)) => {
-                        self.turn(messages, &current).await;
-                        continue;
-                    }
-                    Err(message) => {
-                        safe_eprintln!("error: {message}");
-                        continue;
-                    }
-                }
-            }
-            match attach_resources(self.registry, trimmed).await {
-                Ok((text, _)) => self.turn(vec![Message::user(text)], &current).await,
-                Err(error) => safe_eprintln!("error: {error}"),
+                    Ok(Step::Send(messages)) => self.send_messages(messages).await,
+                    Err(message) => safe_eprintln!("error: {message}"),
+                },
             }
         }
         Ok(())
     }
 
+    /// Reads the next line, showing what the session says meanwhile (a server's log line).
+    async fn read(&mut self, input: Input) -> (Input, Line) {
+        let read = input.read("you> ");
+        tokio::pin!(read);
+        loop {
+            tokio::select! {
+                outcome = &mut read => return outcome,
+                Some(event) = self.engine.handle.events.recv() => self.idle_event(event),
+            }
+        }
+    }
+
+    /// An event between turns: a notice above the prompt; a server's question, which no
+    /// turn is waiting on, refused so the server does not wait.
+    fn idle_event(&mut self, event: AgentEvent) {
+        if let Some(line) = event.notice_line() {
+            return self.print_idle(&line);
+        }
+        let line = match event {
+            AgentEvent::MessageAdded { message } => {
+                self.record(message);
+                return;
+            }
+            AgentEvent::SamplingRequested {
+                request_id, server, ..
+            } => {
+                let _ = self.engine.handle.ops.send(Op::Decide {
+                    request_id,
+                    decision: tether_agent::PermissionDecision::RejectOnce,
+                });
+                format!("server \"{server}\" asked to use the model between turns; refused")
+            }
+            AgentEvent::ElicitationRequested {
+                request_id, server, ..
+            } => {
+                let _ = self.engine.handle.ops.send(Op::Answer {
+                    request_id,
+                    action: tether_agent::AnswerAction::Decline,
+                    content: Map::new(),
+                });
+                format!("server \"{server}\" asked for input between turns; declined")
+            }
+            AgentEvent::OpRejected { message } => format!("error: {message}"),
+            _ => return,
+        };
+        self.print_idle(&line);
+    }
+
+    /// A line between turns: above the line being edited, or on stderr.
+    fn print_idle(&mut self, line: &str) {
+        let line = crate::render::terminal_safe(line).into_owned();
+        if let Some(printer) = self.printer.as_mut()
+            && printer.print(format!("{line}\n")).is_ok()
+        {
+            return;
+        }
+        safe_eprintln!("{line}");
+    }
+
+    /// A message the session added: mirrored, and saved.
+    fn record(&mut self, message: Message) {
+        self.save(Record::Message {
+            message: message.clone(),
+        });
+        self.conversation.push(message);
+    }
+
     fn new_session(&mut self) {
-        match session::sessions_dir().map(|dir| SessionLog::create(&dir, &self.spec)) {
+        match session::sessions_dir().map(|dir| SessionLog::create(&dir, &self.model)) {
             Some(Ok(log)) => {
                 if self.interactive {
                     safe_eprintln!("session {} ({})", log.id, log.path().display());
@@ -208,7 +259,9 @@ impl Chat<'_> {
         }
     }
 
-    fn resume(&mut self, id: Option<&str>) -> Result<(), String> {
+    /// Continues saved session `id` (the latest when `None`): its messages become the
+    /// session's conversation and its file this chat's.
+    async fn resume(&mut self, id: Option<&str>) -> Result<(), String> {
         let dir = session::sessions_dir().ok_or("no data dir for sessions; set TETHER_DATA_DIR")?;
         let path = match id {
             Some(id) => session::find(&dir, id)?,
@@ -232,6 +285,8 @@ impl Chat<'_> {
                 usage: Usage::default(),
             });
         }
+        self.replace_conversation(loaded.messages.clone(), Logged::Already)
+            .await?;
         safe_eprintln!(
             "resumed session {} ({}{})",
             loaded.id,
@@ -242,7 +297,6 @@ impl Chat<'_> {
                 ""
             }
         );
-        self.conversation = loaded.messages;
         self.usage = loaded.usage;
         self.log = Some(Arc::new(Mutex::new(log)));
         Ok(())
@@ -273,86 +327,173 @@ impl Chat<'_> {
         }
     }
 
-    async fn turn(&mut self, messages: Vec<Message>, current: &Arc<Mutex<CancellationToken>>) {
-        let answer_needed = matches!(messages.last(), Some(Message::User { .. }));
-        for message in messages {
-            self.save(Record::Message {
-                message: message.clone(),
-            });
-            self.conversation.push(message);
+    /// Sends `op` and waits for the event that answers it (a replaced conversation, a
+    /// changed model), showing what comes meanwhile; `Err` when the session refused it.
+    async fn ask_session(&mut self, op: Op) -> Result<AgentEvent, String> {
+        let _ = self.engine.handle.ops.send(op);
+        loop {
+            match self.engine.handle.events.recv().await {
+                None => return Err("the session has ended".into()),
+                Some(AgentEvent::OpRejected { message }) => return Err(message),
+                Some(
+                    event @ (AgentEvent::ConversationReplaced { .. }
+                    | AgentEvent::ModelChanged { .. }),
+                ) => return Ok(event),
+                Some(event) => self.idle_event(event),
+            }
         }
-        if !answer_needed {
-            return;
+    }
+
+    /// Makes `messages` the session's conversation; the file learns of it as `logged` says.
+    /// Returns the session's note.
+    async fn replace_conversation(
+        &mut self,
+        messages: Vec<Message>,
+        logged: Logged,
+    ) -> Result<String, String> {
+        let op = Op::ReplaceConversation { messages };
+        self.take_conversation(op, logged).await
+    }
+
+    /// Sends `op`, which replaces the conversation, and mirrors and saves the outcome.
+    async fn take_conversation(&mut self, op: Op, logged: Logged) -> Result<String, String> {
+        let AgentEvent::ConversationReplaced { messages, note } = self.ask_session(op).await?
+        else {
+            return Err("the session answered with something else".into());
+        };
+        match logged {
+            Logged::Already => {}
+            Logged::Appended(added) => {
+                for message in added {
+                    self.save(Record::Message { message });
+                }
+            }
+            Logged::Whole => {
+                self.save(Record::Clear);
+                for message in &messages {
+                    self.save(Record::Message {
+                        message: message.clone(),
+                    });
+                }
+            }
         }
+        self.conversation = messages;
+        Ok(note)
+    }
+
+    /// `/prompt`'s messages: all but a last user message join the conversation; that one
+    /// starts a turn.
+    async fn send_messages(&mut self, mut messages: Vec<Message>) {
+        let last = match messages.last() {
+            Some(Message::User { content }) => Some(content.clone()),
+            _ => None,
+        };
+        if last.is_some() {
+            messages.pop();
+        }
+        if !messages.is_empty() {
+            let mut whole = self.conversation.clone();
+            whole.extend(messages.iter().cloned());
+            if let Err(error) = self
+                .replace_conversation(whole, Logged::Appended(messages))
+                .await
+            {
+                safe_eprintln!("error: {error}");
+                return;
+            }
+        }
+        if let Some(text) = last {
+            self.turn(text).await;
+        }
+    }
+
+    /// One turn: the prompt op, then the session's events shown (and its questions asked)
+    /// until the turn ends. Ctrl-C interrupts it.
+    async fn turn(&mut self, text: String) {
         let cancel = CancellationToken::new();
-        if let Ok(mut slot) = current.lock() {
+        if let Ok(mut slot) = self.current.lock() {
             *slot = cancel.clone();
         }
-        let approver: &dyn Approver = if self.interactive {
-            &self.approver
-        } else {
-            &NonInteractive
-        };
-        let mut agent = Agent::new(
-            self.provider.as_ref(),
-            self.registry,
-            self.tools.clone(),
-            self.selection.clone(),
-            approver,
-            self.options.clone(),
-        );
+        let _ = self.engine.handle.ops.send(Op::Prompt {
+            content: vec![InputBlock::Text { text }],
+        });
         let terminal_out = std::io::stdout().is_terminal();
         let style = Style {
             markdown: (self.interactive && terminal_out)
                 .then(|| std::env::var_os("NO_COLOR").is_none()),
             spinner: self.interactive,
         };
-        let (events, renderer) = spawn_styled_renderer(self.log.clone(), style);
-        if let Ok(mut slot) = self.host.events.lock() {
-            *slot = Some(events.clone());
-        }
+        let mut view = EventView::new(None, style);
+        let mut spinner = crate::terminal_view::Spinner::new(style.spinner);
         let started = Instant::now();
-        let outcome = agent
-            .run_turn(&mut self.conversation, &events, &cancel)
-            .await;
-        if let Ok(mut slot) = self.host.events.lock() {
-            slot.take();
-        }
-        drop(events);
-        let _ = renderer.await;
-        // A turn cancelled during tool calls leaves calls without results; the next request
-        // would carry them and providers refuse that. Each gets a result saying it was
-        // cancelled, saved before the turn ends so the session file reads the same.
-        if outcome.is_err() {
-            let added = tether_agent::answer_calls_left_open(
-                &mut self.conversation,
-                "Error: cancelled: the user stopped this call before it finished; its outcome is unknown",
-            );
-            for message in added {
-                self.save(Record::Message { message });
+        let mut interrupted = false;
+        let ended = loop {
+            let event = tokio::select! {
+                event = self.engine.handle.events.recv() => event,
+                () = cancel.cancelled(), if !interrupted => {
+                    interrupted = true;
+                    let _ = self.engine.handle.ops.send(Op::Interrupt);
+                    continue;
+                }
+                () = spinner.tick() => continue,
+            };
+            let Some(event) = event else {
+                break None;
+            };
+            if !matches!(
+                event,
+                AgentEvent::TurnStarted { .. } | AgentEvent::MessageAdded { .. }
+            ) {
+                spinner.stop();
             }
-        }
-        let (status, usage) = match &outcome {
-            Ok(TurnOutcome {
-                stopped: Some(_),
-                usage,
-                ..
-            }) => ("stopped", *usage),
-            Ok(outcome) => ("complete", outcome.usage),
-            Err(AgentError::Cancelled) => ("cancelled", Usage::default()),
-            Err(AgentError::Model(_)) => ("failed", Usage::default()),
+            match event {
+                AgentEvent::TurnEnded {
+                    stop_reason,
+                    text,
+                    usage,
+                    ..
+                } => break Some((stop_reason, text, usage)),
+                AgentEvent::MessageAdded { message } => self.record(message),
+                AgentEvent::PermissionRequested { .. }
+                | AgentEvent::ElicitationRequested { .. }
+                | AgentEvent::SamplingRequested { .. } => {
+                    view.flush_markdown();
+                    tokio::select! {
+                        op = self.answers.answer(&event) => {
+                            if let Some(op) = op {
+                                let _ = self.engine.handle.ops.send(op);
+                            }
+                        }
+                        () = cancel.cancelled(), if !interrupted => {
+                            interrupted = true;
+                            let _ = self.engine.handle.ops.send(Op::Interrupt);
+                        }
+                    }
+                }
+                AgentEvent::OpRejected { message } => safe_eprintln!("error: {message}"),
+                event => view.show(event),
+            }
+        };
+        spinner.stop();
+        view.flush_markdown();
+        let Some((reason, text, usage)) = ended else {
+            safe_eprintln!("\nerror: the session ended during the turn");
+            return;
+        };
+        let status = match reason {
+            StopReason::EndTurn | StopReason::MaxTokens | StopReason::Refusal => "complete",
+            StopReason::MaxSteps | StopReason::RepeatedFailure => "stopped",
+            StopReason::Cancelled => "cancelled",
+            StopReason::Error => "failed",
         };
         self.usage += usage;
         self.save(Record::Turn {
             status: status.into(),
             usage,
         });
-        match outcome {
-            Ok(outcome) => {
-                match outcome.stopped {
-                    Some(reason) => safe_eprintln!("\n{reason}"),
-                    None => safe_println!(),
-                }
+        match reason {
+            StopReason::EndTurn | StopReason::MaxTokens | StopReason::Refusal => {
+                safe_println!();
                 if self.interactive {
                     safe_eprintln!(
                         "({} in, {} out tokens; {:.1}s)",
@@ -362,138 +503,56 @@ impl Chat<'_> {
                     );
                 }
             }
-            Err(AgentError::Cancelled) => safe_eprintln!("\n(cancelled)"),
-            Err(AgentError::Model(error)) => safe_eprintln!("\nerror: {error}"),
+            StopReason::MaxSteps | StopReason::RepeatedFailure => safe_eprintln!("\n{text}"),
+            StopReason::Cancelled => safe_eprintln!("\n(cancelled)"),
+            StopReason::Error => safe_eprintln!("\nerror: {text}"),
         }
     }
 
-    /// Brings the tool catalogue up to date with the registry now, so `/tools` and the next
+    /// Brings the tool catalogue up to date with the servers now, so `/tools` and the next
     /// request agree with what `/add` or `/remove` did.
     async fn refresh_tools(&self) {
-        if let Some(refresh) = self.tools.refresh(self.registry).await {
+        let registry = self.engine.registry.read().await;
+        if let Some(refresh) = self.engine.catalog.refresh(&registry).await {
             for error in refresh.errors {
                 safe_eprintln!("warning: {error}");
             }
         }
     }
 
-    async fn command(&mut self, line: &str) -> Result<Step, String> {
-        let (command, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
-        let rest = rest.trim();
+    async fn command(&mut self, command: SlashCommand, rest: &str) -> Result<Step, String> {
         match command {
-            "/quit" | "/exit" => return Ok(Step::Quit),
-            "/help" => {
-                for (name, help) in COMMANDS {
-                    safe_println!("  {name:<11} {help}");
-                }
+            SlashCommand::Quit => return Ok(Step::Quit),
+            SlashCommand::Help => {
+                safe_print!("{}", help_text(|_| true));
                 safe_println!(
                     "  @server:uri in a message attaches that resource; a line ending in \\ continues"
                 );
             }
-            "/tools" => {
-                // `*` marks the tools this conversation has loaded (search mode) and those of
-                // "alwaysLoad" servers: the ones the model is sent beside the search tool.
-                let snapshot = self.tools.snapshot();
-                let loaded = self.selection.loaded();
-                let mode = self.selection.effective_mode(&snapshot);
-                let searching = mode != tether_catalog::SelectionMode::All;
-                for (index, tool) in snapshot.tools().iter().enumerate() {
-                    if rest.is_empty() || tool.qualified_name.contains(rest) {
-                        let description = tool.tool.description.as_deref().unwrap_or_default();
-                        let mark = if searching
-                            && (snapshot.always_loaded(index)
-                                || loaded.contains(&tool.qualified_name))
-                        {
-                            "*"
-                        } else {
-                            " "
-                        };
-                        safe_println!(
-                            " {mark}{}  {}",
-                            tool.qualified_name,
-                            clip(description.lines().next().unwrap_or_default(), 80)
-                        );
-                    }
-                }
-                if searching {
-                    safe_println!(
-                        "  ({} mode: * marks the {} tools sent to the model; the others are found by search)",
-                        mode.as_str(),
-                        snapshot.always_loaded_definitions().len() + loaded.len()
-                    );
-                }
+            SlashCommand::Tools => safe_print!(
+                "{}",
+                tools_text(&self.engine.catalog, self.engine.selection.as_ref(), rest)
+            ),
+            SlashCommand::Servers => {
+                safe_print!("{}", servers_text(&*self.engine.registry.read().await))
             }
-            "/servers" => {
-                for entry in self.registry.entries() {
-                    let state = match entry.state() {
-                        tether_mcp::ServerState::Connected(c) if c.is_down() => {
-                            "down (it exited or its connection closed): the next call starts it again, or /reconnect".to_string()
-                        }
-                        tether_mcp::ServerState::Connected(c) => format!(
-                            "connected ({}, {}){}",
-                            c.summary().protocol_version,
-                            entry.config.endpoint(),
-                            match c.restarts() {
-                                0 => String::new(),
-                                1 => ", restarted once".into(),
-                                n => format!(", restarted {n} times"),
-                            }
-                        ),
-                        tether_mcp::ServerState::Failed(error) => format!("failed: {error}"),
-                        tether_mcp::ServerState::Disabled => "disabled".into(),
-                        tether_mcp::ServerState::Starting => {
-                            "starting (its tools join when it is ready)".into()
-                        }
-                    };
-                    safe_println!("  {}: {state}", entry.name());
-                }
-            }
-            "/add" => {
-                let spec = rest.trim();
-                if spec.is_empty() {
-                    safe_eprintln!("usage: /add [NAME=]COMMAND [ARGS…] or /add [NAME=]https://URL");
-                    return Ok(Step::Continue);
-                }
-                let taken: Vec<String> = self
-                    .registry
-                    .entries()
-                    .iter()
-                    .map(|e| e.name().to_string())
-                    .collect();
-                let one_url = !spec.contains(char::is_whitespace)
-                    && (spec.contains("http://") || spec.contains("https://"));
-                let config = if one_url {
-                    tether_mcp::config::adhoc_url(spec, &taken)
-                } else {
-                    tether_mcp::config::adhoc_stdio(spec, &taken)
-                };
-                let host: Arc<dyn tether_mcp::HostHandler> = self.host.clone();
-                match config {
-                    Err(error) => safe_eprintln!("error: {error}"),
-                    Ok(config) => match self.registry.add(config, host).await {
-                        Ok(connection) => safe_println!("  {}: connected", connection.name()),
-                        Err(error) => safe_eprintln!("error: {error}"),
-                    },
-                }
-                self.refresh_tools().await;
-            }
-            "/remove" => {
-                let name = rest.trim();
-                match self.registry.remove(name).await {
-                    Ok(()) => safe_println!("  {name}: stopped; its tools are gone"),
+            SlashCommand::Add => self.add_server(rest).await,
+            SlashCommand::Remove => {
+                let outcome = self.engine.registry.write().await.remove(rest).await;
+                match outcome {
+                    Ok(()) => safe_println!("  {rest}: stopped; its tools are gone"),
                     Err(error) => safe_eprintln!("error: {error}"),
                 }
                 self.refresh_tools().await;
             }
-            "/reconnect" => {
-                let named = rest.trim();
-                let chosen: Vec<_> = self
-                    .registry
+            SlashCommand::Reconnect => {
+                let registry = self.engine.registry.read().await;
+                let chosen: Vec<_> = registry
                     .connections()
-                    .filter(|c| named.is_empty() || c.name() == named)
+                    .filter(|c| rest.is_empty() || c.name() == rest)
                     .collect();
                 if chosen.is_empty() {
-                    match self.registry.connection(named) {
+                    match registry.connection(rest) {
                         Err(error) => safe_eprintln!("error: {error}"),
                         Ok(_) => safe_println!("no connected servers"),
                     }
@@ -505,132 +564,83 @@ impl Chat<'_> {
                     }
                 }
             }
-            "/resources" => {
-                for connection in self.registry.connections() {
-                    for resource in connection.list_resources().await.unwrap_or_default() {
-                        safe_println!("  @{}:{}", connection.name(), resource.uri);
-                    }
-                    for template in connection
-                        .list_resource_templates()
-                        .await
-                        .unwrap_or_default()
-                    {
-                        safe_println!(
-                            "  @{}:{} (template)",
-                            connection.name(),
-                            template.uri_template
-                        );
-                    }
-                }
+            SlashCommand::Resources => {
+                safe_print!(
+                    "{}",
+                    resources_text(&*self.engine.registry.read().await).await
+                )
             }
-            "/prompts" => {
-                for connection in self.registry.connections() {
-                    for prompt in connection.list_prompts().await.unwrap_or_default() {
-                        let arguments: Vec<String> =
-                            prompt.arguments.iter().map(|a| a.name.clone()).collect();
-                        safe_println!(
-                            "  /prompt {} {} {}",
-                            connection.name(),
-                            prompt.name,
-                            arguments
-                                .iter()
-                                .map(|a| format!("{a}=…"))
-                                .collect::<Vec<_>>()
-                                .join(" ")
-                        );
-                    }
-                }
+            SlashCommand::Prompts => {
+                safe_print!(
+                    "{}",
+                    prompts_text(&*self.engine.registry.read().await).await
+                )
             }
-            "/prompt" => return expand_prompt(self.registry, rest).await.map(Step::Send),
-            "/model" => {
-                if rest.is_empty() {
-                    safe_println!("model: {}", self.provider.name());
-                } else {
-                    let provider = build_provider(rest, &self.args, &self.settings)
-                        .await
-                        .map_err(|f| f.message.unwrap_or_else(|| "cannot switch".into()))?;
-                    self.provider = Arc::from(provider);
-                    self.spec = rest.to_string();
-                    self.options.context_window =
-                        crate::models::context_window(&self.settings, self.provider.as_ref());
+            SlashCommand::Prompt => {
+                let registry = self.engine.registry.read().await;
+                return expand_prompt(&registry, rest).await.map(Step::Send);
+            }
+            SlashCommand::Model if rest.is_empty() => safe_println!("model: {}", self.model),
+            SlashCommand::Model => {
+                let op = Op::SetModel {
+                    model: rest.to_string(),
+                };
+                if let AgentEvent::ModelChanged { model } = self.ask_session(op).await? {
                     self.save(Record::Model {
-                        model: rest.to_string(),
+                        model: model.clone(),
                     });
-                    safe_println!("model: {}", self.provider.name());
+                    safe_println!("model: {model}");
+                    self.model = model;
                 }
             }
-            "/approve" => {
-                self.options.approval_mode = match rest {
+            SlashCommand::Approve => {
+                let mode = match rest {
                     "ask" => ApprovalMode::Ask,
                     "auto" => ApprovalMode::Auto,
                     "never" => ApprovalMode::Never,
                     other => return Err(format!("/approve {other}: use ask, auto or never")),
                 };
+                let _ = self.engine.handle.ops.send(Op::SetApprovalMode { mode });
                 safe_println!("approval: {rest}");
             }
-            "/system" => {
-                if rest.is_empty() {
-                    safe_println!(
-                        "{}",
-                        self.options.system_prompt.as_deref().unwrap_or("(none)")
-                    );
-                } else {
-                    self.options.system_prompt = Some(rest.to_string());
-                    safe_println!("system prompt set");
-                }
+            SlashCommand::System if rest.is_empty() => {
+                safe_println!("{}", self.system_prompt.as_deref().unwrap_or("(none)"))
             }
-            "/root" => {
+            SlashCommand::System => {
+                self.system_prompt = Some(rest.to_string());
+                let _ = self.engine.handle.ops.send(Op::SetSystemPrompt {
+                    text: self.system_prompt.clone(),
+                });
+                safe_println!("system prompt set");
+            }
+            SlashCommand::Root => {
                 let dir = std::path::absolute(rest).map_err(|e| format!("/root {rest}: {e}"))?;
                 let root = tether_mcp::Root::directory(&dir);
-                if let Ok(mut roots) = self.host.roots.lock() {
-                    if roots.contains(&root) {
-                        safe_println!("{} is already a root", dir.display());
-                        return Ok(Step::Continue);
-                    }
-                    roots.push(root);
+                let mut roots = self.engine.host.roots();
+                if roots.contains(&root) {
+                    safe_println!("{} is already a root", dir.display());
+                    return Ok(Step::Continue);
                 }
-                for error in self.registry.roots_changed().await {
+                roots.push(root);
+                self.engine.host.set_roots(roots);
+                for error in self.engine.registry.read().await.roots_changed().await {
                     safe_eprintln!("warning: {error}");
                 }
                 safe_println!("added root {}", dir.display());
             }
-            "/result" => {
-                let n: usize = if rest.is_empty() {
-                    1
-                } else {
-                    rest.parse()
-                        .map_err(|_| format!("/result {rest}: give a number, 1 for the last"))?
-                };
-                let found = self
-                    .conversation
-                    .iter()
-                    .rev()
-                    .filter_map(|m| match m {
-                        Message::Tool { name, content, .. } => Some((name, content)),
-                        _ => None,
-                    })
-                    .nth(n.saturating_sub(1));
-                match found {
-                    Some((name, content)) => safe_println!(
-                        "{}",
-                        crate::render::terminal_safe(&format!("{name}:\n{content}"))
-                    ),
-                    None => return Err("no such tool result in this conversation".into()),
-                }
+            SlashCommand::Result => self.show_result(rest)?,
+            SlashCommand::Clear => {
+                let note = self.take_conversation(Op::Clear, Logged::Whole).await?;
+                safe_println!("{note}");
             }
-            "/clear" => {
-                self.conversation.clear();
-                self.save(Record::Clear);
-                safe_println!("conversation cleared");
+            SlashCommand::Compact => {
+                let note = self.take_conversation(Op::Compact, Logged::Whole).await?;
+                safe_eprintln!("{note}");
             }
-            "/compact" => self.compact().await?,
-            "/usage" => safe_println!(
-                "{} in, {} out tokens this session ({} messages in context)",
-                self.usage.input_tokens,
-                self.usage.output_tokens,
-                self.conversation.len()
-            ),
-            "/save" => {
+            SlashCommand::Usage => {
+                safe_println!("{}", usage_text(self.usage, self.conversation.len()))
+            }
+            SlashCommand::Save => {
                 if rest.is_empty() {
                     return Err("/save NAME".into());
                 }
@@ -639,107 +649,112 @@ impl Chat<'_> {
                 });
                 safe_println!("session named \"{rest}\"");
             }
-            "/sessions" => {
+            SlashCommand::Sessions => {
                 let dir = session::sessions_dir().ok_or("no data dir")?;
                 for loaded in session::list(&dir).iter().take(20) {
                     safe_println!("  {}", session_line(loaded));
                 }
             }
-            "/resume" => {
-                self.resume(Some(rest))?;
-            }
-            "/export" => {
-                let path = std::path::Path::new(rest);
-                if rest.is_empty() {
-                    return Err("/export FILE.md or FILE.json".into());
-                }
-                // The name says the format; any other name would get Markdown it did not ask for.
-                let json = match path.extension().and_then(|e| e.to_str()) {
-                    Some("json") => true,
-                    Some("md" | "markdown") => false,
-                    _ => {
-                        return Err(format!(
-                            "/export {rest}: name a .md file (Markdown) or a .json file (the session's messages)"
-                        ));
-                    }
-                };
-                // The session file holds what the export needs (start time, finished turns,
-                // name); it is written line by line, so it is up to date. The conversation
-                // in memory is what the user sees now (after /clear or /compact).
-                let saved = self
-                    .log
-                    .as_ref()
-                    .and_then(|l| l.lock().ok().map(|l| l.path().to_path_buf()))
-                    .and_then(|path| session::load(&path).ok());
-                let loaded = Loaded {
-                    model: self.provider.name().to_string(),
-                    messages: self.conversation.clone(),
-                    usage: self.usage,
-                    ..saved.unwrap_or_default()
-                };
-                let text = if json {
-                    serde_json::to_string_pretty(&session::to_json(&loaded))
-                        .map_err(|e| e.to_string())?
-                } else {
-                    session::to_markdown(&loaded)
-                };
-                std::fs::write(path, text).map_err(|e| format!("/export {rest}: {e}"))?;
-                safe_println!("wrote {}", path.display());
-            }
-            other => {
-                return Err(match closest_command(other) {
-                    Some(close) => {
-                        format!("unknown command {other}; did you mean {close}? (/help lists them)")
-                    }
-                    None => format!("unknown command {other}; /help lists them"),
-                });
-            }
+            SlashCommand::Resume => self.resume(Some(rest)).await?,
+            SlashCommand::Export => self.export(rest)?,
         }
         Ok(Step::Continue)
     }
 
-    /// Replaces all but the last exchange with a summary written by the model.
-    async fn compact(&mut self) -> Result<(), String> {
-        let keep_from = self
+    /// `/add`: starts another server beside the others, between turns.
+    async fn add_server(&mut self, spec: &str) {
+        if spec.is_empty() {
+            safe_eprintln!("usage: /add [NAME=]COMMAND [ARGS…] or /add [NAME=]https://URL");
+            return;
+        }
+        let mut registry = self.engine.registry.write().await;
+        let taken: Vec<String> = registry
+            .entries()
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect();
+        let one_url = !spec.contains(char::is_whitespace)
+            && (spec.contains("http://") || spec.contains("https://"));
+        let config = if one_url {
+            tether_mcp::config::adhoc_url(spec, &taken)
+        } else {
+            tether_mcp::config::adhoc_stdio(spec, &taken)
+        };
+        let host: Arc<dyn HostHandler> = self.engine.host.clone();
+        match config {
+            Err(error) => safe_eprintln!("error: {error}"),
+            Ok(config) => match registry.add(config, host).await {
+                Ok(connection) => safe_println!("  {}: connected", connection.name()),
+                Err(error) => safe_eprintln!("error: {error}"),
+            },
+        }
+        drop(registry);
+        self.refresh_tools().await;
+    }
+
+    /// `/result [N]`: the whole Nth-last tool result.
+    fn show_result(&self, rest: &str) -> Result<(), String> {
+        let n: usize = if rest.is_empty() {
+            1
+        } else {
+            rest.parse()
+                .map_err(|_| format!("/result {rest}: give a number, 1 for the last"))?
+        };
+        let found = self
             .conversation
             .iter()
-            .rposition(|m| matches!(m, Message::User { .. }))
-            .unwrap_or(0);
-        if keep_from == 0 {
-            return Err("nothing to compact yet".into());
+            .rev()
+            .filter_map(|m| match m {
+                Message::Tool { name, content, .. } => Some((name, content)),
+                _ => None,
+            })
+            .nth(n.saturating_sub(1));
+        match found {
+            Some((name, content)) => {
+                safe_println!("{name}:\n{content}");
+                Ok(())
+            }
+            None => Err("no such tool result in this conversation".into()),
         }
-        let earlier = session::to_markdown(&Loaded {
-            messages: self.conversation[..keep_from].to_vec(),
-            ..Loaded::default()
-        });
-        let request = tether_llm::ChatRequest {
-            messages: vec![
-                Message::system(
-                    "Summarise this conversation for your own later use: the user's goals, facts learned from tools, decisions made, open questions. Be concise.",
-                ),
-                Message::user(earlier),
-            ],
-            max_tokens: Some(1024),
-            ..Default::default()
+    }
+
+    /// `/export FILE.md|FILE.json`.
+    fn export(&self, rest: &str) -> Result<(), String> {
+        let path = std::path::Path::new(rest);
+        if rest.is_empty() {
+            return Err("/export FILE.md or FILE.json".into());
+        }
+        // The name says the format; any other name would get Markdown it did not ask for.
+        let json = match path.extension().and_then(|e| e.to_str()) {
+            Some("json") => true,
+            Some("md" | "markdown") => false,
+            _ => {
+                return Err(format!(
+                    "/export {rest}: name a .md file (Markdown) or a .json file (the session's messages)"
+                ));
+            }
         };
-        let summary = tether_llm::complete(self.provider.as_ref(), &request)
-            .await
-            .map_err(|e| format!("/compact: {e}"))?;
-        let kept = self.conversation.split_off(keep_from);
-        let before = self.conversation.len();
-        self.conversation = vec![Message::user(format!(
-            "[Summary of the earlier conversation]\n{}",
-            summary.text
-        ))];
-        self.conversation.extend(kept);
-        self.save(Record::Clear);
-        for message in self.conversation.clone() {
-            self.save(Record::Message { message });
-        }
-        safe_eprintln!(
-            "compacted {before} earlier messages into a summary ({} tokens)",
-            summary.usage.output_tokens
-        );
+        // The session file holds what the export needs (start time, finished turns, name);
+        // it is written line by line, so it is up to date. The conversation mirrored here is
+        // what the model sees now (after /clear or /compact).
+        let saved = self
+            .log
+            .as_ref()
+            .and_then(|l| l.lock().ok().map(|l| l.path().to_path_buf()))
+            .and_then(|path| session::load(&path).ok());
+        let loaded = Loaded {
+            model: self.model.clone(),
+            messages: self.conversation.clone(),
+            usage: self.usage,
+            ..saved.unwrap_or_default()
+        };
+        let text = if json {
+            serde_json::to_string_pretty(&session::to_json(&loaded)).map_err(|e| e.to_string())?
+        } else {
+            session::to_markdown(&loaded)
+        };
+        std::fs::write(path, text).map_err(|e| format!("/export {rest}: {e}"))?;
+        safe_println!("wrote {}", path.display());
         Ok(())
     }
 }

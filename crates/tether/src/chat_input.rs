@@ -16,59 +16,7 @@ use tether_mcp::{McpError, ServerRegistry};
 use tether_protocol::chat::Message;
 
 use crate::session;
-
-/// Every slash command, for `/help`, completion and "did you mean".
-pub(crate) const COMMANDS: &[(&str, &str)] = &[
-    ("/help", "this list"),
-    ("/tools", "[FILTER] tools offered to the model"),
-    ("/servers", "connected servers and their state"),
-    (
-        "/reconnect",
-        "[SERVER] start a server (or all) again now, e.g. after it crashed",
-    ),
-    (
-        "/add",
-        "[NAME=]COMMAND [ARGS…] | [NAME=]URL start another server; its tools join at once",
-    ),
-    ("/remove", "SERVER stop a server and drop its tools"),
-    (
-        "/resources",
-        "resources and templates, to attach with @server:uri",
-    ),
-    ("/prompts", "server prompts, to expand with /prompt"),
-    (
-        "/prompt",
-        "SERVER NAME [key=value …] expand a server prompt into the conversation",
-    ),
-    (
-        "/model",
-        "PROVIDER:MODEL switch the model for the next turns",
-    ),
-    ("/approve", "ask|auto|never how tool calls are approved"),
-    ("/system", "TEXT add to the system prompt (empty: show it)"),
-    ("/root", "DIR offer another root directory to servers"),
-    (
-        "/clear",
-        "start the conversation over (the session file keeps the old turns)",
-    ),
-    (
-        "/compact",
-        "summarise earlier turns with the model to free context",
-    ),
-    ("/usage", "tokens used in this session"),
-    ("/save", "NAME name this session"),
-    ("/sessions", "saved sessions"),
-    ("/resume", "ID continue a saved session"),
-    (
-        "/export",
-        "FILE.md|FILE.json write the conversation to a file",
-    ),
-    (
-        "/result",
-        "[N] the whole Nth-last tool result (default: the last)",
-    ),
-    ("/quit", "leave (also Ctrl-D)"),
-];
+use crate::slash::SlashCommand;
 
 /// Names completion offers, gathered when the chat starts.
 #[derive(Default, Clone)]
@@ -126,7 +74,10 @@ impl Completer for ChatHelper {
         let words: Vec<&str> = before.split_whitespace().collect();
         let first_word = start == 0;
         let candidates: Vec<String> = if first_word && word.starts_with('/') {
-            COMMANDS.iter().map(|(c, _)| c.to_string()).collect()
+            SlashCommand::ALL
+                .iter()
+                .map(|c| format!("/{}", c.name()))
+                .collect()
         } else if word.starts_with('@') {
             self.catalog.resources.clone()
         } else {
@@ -260,16 +211,6 @@ pub(crate) fn history_path() -> Option<std::path::PathBuf> {
     session::sessions_dir().and_then(|d| d.parent().map(|p| p.join("history.txt")))
 }
 
-/// The closest slash command to a typo.
-pub(crate) fn closest_command(word: &str) -> Option<&'static str> {
-    COMMANDS
-        .iter()
-        .map(|(c, _)| (*c, strsim::jaro_winkler(word, c)))
-        .filter(|(_, score)| *score > 0.7)
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|(c, _)| c)
-}
-
 /// The arguments `name` declares (none when the server does not list it: getting it then
 /// names the problem).
 pub(crate) async fn declared_prompt_arguments(
@@ -323,16 +264,4 @@ pub(crate) async fn expand_prompt(
             }
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn typos_of_commands_suggest_the_closest() {
-        assert_eq!(closest_command("/tols"), Some("/tools"));
-        assert_eq!(closest_command("/exprt"), Some("/export"));
-        assert_eq!(closest_command("/zzzzzzzz"), None);
-    }
 }

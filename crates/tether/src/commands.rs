@@ -69,8 +69,8 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
         .iter()
         .position(|l| *l == global.log_level)
         .unwrap_or(1);
-    let host = |servers: &[ServerConfig]| TerminalHost::new(servers, roots.clone(), log_level);
-    let shared: Arc<dyn HostHandler> = Arc::new(host(&servers));
+    let host = || TerminalHost::new(roots.clone(), log_level);
+    let shared: Arc<dyn HostHandler> = Arc::new(host());
     match command {
         Command::Run {
             question,
@@ -88,7 +88,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
                 question
             };
             let servers = with_builtin(servers, timeout)?;
-            let host = host(&servers);
+            let host = host();
             let ops_from_stdin = input == Some(crate::InputFormat::Jsonl);
             crate::run::run(
                 servers,
@@ -104,7 +104,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
         }
         Command::Chat { model, resume } => {
             let servers = with_builtin(servers, timeout)?;
-            let host = host(&servers);
+            let host = host();
             let resume = resume.map(|id| Some(id).filter(|id| !id.is_empty()));
             crate::chat::chat(servers, settings, model, host, resume, source).await
         }

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 use tether_agent::{
-    AgentEvent, ModelSlot, ModelSource, Questions, SessionHandle, SessionHost, SessionParts,
-    event_channel,
+    AgentEvent, AgentOptions, ModelSlot, ModelSource, Questions, SessionHandle, SessionHost,
+    SessionParts, event_channel,
 };
-use tether_catalog::{SelectionMode, ToolCatalog, selection_for};
+use tether_catalog::{SelectionMode, ToolCatalog, ToolSelection, selection_for};
 use tether_llm::Provider;
 use tether_mcp::{Root, SamplingPolicy, ServerConfig, ServerRegistry};
 use tether_protocol::chat::Message;
+use tokio::sync::RwLock;
 
 use crate::Failure;
 use crate::models::{ModelArgs, Setup, build_provider, setup};
@@ -47,11 +48,43 @@ pub(crate) struct EngineStart<'a> {
 pub(crate) struct Engine {
     /// Ops in, events out.
     pub(crate) handle: SessionHandle,
-    /// The servers, shut down once the session has ended.
-    pub(crate) registry: Arc<ServerRegistry>,
+    /// The servers, shut down once the session has ended. The session reads them; a front
+    /// end may take them exclusively between turns (the chat's `/add` and `/remove`).
+    pub(crate) registry: Arc<RwLock<ServerRegistry>>,
+    /// The session's catalogue (shared: a refresh here is what the next turn offers).
+    pub(crate) catalog: ToolCatalog,
+    /// How tools are offered (search mode's loaded tools).
+    pub(crate) selection: Arc<dyn ToolSelection>,
+    /// What servers ask of the session, for servers a front end adds and roots it changes.
+    pub(crate) host: Arc<SessionHost>,
+    /// The settings the session started with (approval mode, system prompt).
+    pub(crate) options: AgentOptions,
     /// A sender on the session's event stream, for the front end's own notices (a line of
     /// input that is not an op); they come out in order with the session's.
     pub(crate) notices: tokio::sync::mpsc::UnboundedSender<AgentEvent>,
+}
+
+/// A terminal's engine (text `run`, the chat): `servers` under the host's roots and log
+/// level, going on without a server that is slow to start (it joins when ready).
+pub(crate) async fn start_in_terminal(
+    servers: Vec<ServerConfig>,
+    settings: &Map<String, Value>,
+    args: &ModelArgs,
+    host: &crate::host::TerminalHost,
+    interactive: bool,
+) -> Result<Engine, Failure> {
+    let roots = host.roots.lock().map(|r| r.clone()).unwrap_or_default();
+    start(EngineStart {
+        servers,
+        settings,
+        args,
+        roots,
+        log_level: host.log_level,
+        interactive,
+        history: Vec::new(),
+        wait_for_all: false,
+    })
+    .await
 }
 
 /// `tether run`'s engine: `servers` under the host's roots and log level, asked `question`
@@ -64,18 +97,7 @@ pub(crate) async fn start_run(
     interactive: bool,
     question: String,
 ) -> Result<Engine, Failure> {
-    let roots = host.roots.lock().map(|r| r.clone()).unwrap_or_default();
-    let engine = start(EngineStart {
-        servers,
-        settings,
-        args,
-        roots,
-        log_level: host.log_level,
-        interactive,
-        history: Vec::new(),
-        wait_for_all: false,
-    })
-    .await?;
+    let engine = start_in_terminal(servers, settings, args, host, interactive).await?;
     let ops = engine.handle.ops.clone();
     let _ = ops.send(tether_agent::Op::Prompt {
         content: vec![tether_agent::InputBlock::Text { text: question }],
@@ -98,7 +120,7 @@ impl Engine {
         let conversation = handle.task.await.unwrap_or_default();
         // The session held the other handles; once it has ended this one is the last.
         if let Ok(registry) = Arc::try_unwrap(registry) {
-            registry.shutdown().await;
+            registry.into_inner().shutdown().await;
         }
         conversation
     }
@@ -130,9 +152,9 @@ pub(crate) async fn start(start: EngineStart<'_>) -> Result<Engine, Failure> {
         start.log_level,
     ));
     let registry = if start.wait_for_all {
-        ServerRegistry::start(start.servers, host).await
+        ServerRegistry::start(start.servers, host.clone()).await
     } else {
-        ServerRegistry::start_settling(start.servers, host).await
+        ServerRegistry::start_settling(start.servers, host.clone()).await
     };
     let notice = |message: String| {
         let _ = inner_sender.send(AgentEvent::Notice { message });
@@ -153,17 +175,18 @@ pub(crate) async fn start(start: EngineStart<'_>) -> Result<Engine, Failure> {
     for line in pin_tools(&catalog, &registry) {
         notice(line);
     }
-    let registry = Arc::new(registry);
+    let registry = Arc::new(RwLock::new(registry));
     let models: Arc<dyn ModelSource> = Arc::new(ConfiguredModels {
         args: start.args.clone(),
         settings: start.settings.clone(),
     });
+    let selection = selection_for(&selection);
     let handle = tether_agent::Session::spawn(SessionParts {
         model,
         registry: registry.clone() as Arc<dyn tether_agent::ToolServers>,
-        catalog,
-        selection: selection_for(&selection),
-        options,
+        catalog: catalog.clone(),
+        selection: selection.clone(),
+        options: options.clone(),
         questions,
         inner_events,
         inner_sender: inner_sender.clone(),
@@ -173,6 +196,10 @@ pub(crate) async fn start(start: EngineStart<'_>) -> Result<Engine, Failure> {
     Ok(Engine {
         handle,
         registry,
+        catalog,
+        selection,
+        host,
+        options,
         notices: inner_sender,
     })
 }

@@ -2,19 +2,13 @@
 //! elicitation forms typed in at the prompt, and display of their logs and progress. One
 //! question at a time owns the terminal (`ask`), shared with the tool approver.
 
-use std::collections::HashMap;
 use std::io::{BufRead, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
-use tether_agent::{AgentEvent, answer_sampling, describe_sampling};
-use tether_llm::Provider;
-use tether_mcp::{
-    ElicitationAnswer, ElicitationRequest, HostHandler, Root, SamplingPolicy, ServerConfig,
-    ServerNotice,
-};
-use tokio::sync::mpsc::UnboundedSender;
+use tether_agent::AgentEvent;
+use tether_mcp::{ElicitationAnswer, ElicitationRequest, HostHandler, Root, ServerNotice};
 
 /// MCP's logging levels, least severe first.
 pub use tether_agent::questions::LOG_LEVELS;
@@ -50,18 +44,10 @@ pub async fn ask(prompt: String) -> Option<String> {
 pub struct TerminalHost {
     /// Whether the user can be asked (stdin and stderr are terminals).
     pub interactive: bool,
-    /// The model that answers sampling requests, when the command has one.
-    pub provider: Option<Arc<dyn Provider>>,
-    /// Each server's sampling policy.
-    pub sampling: HashMap<String, SamplingPolicy>,
     /// Roots offered to servers; `/root` in chat changes them.
     pub roots: Mutex<Vec<Root>>,
     /// Least severe log level shown (index into [`LOG_LEVELS`]).
     pub log_level: usize,
-    /// Prints notices above the chat's prompt between turns (set by the chat).
-    pub printer: Mutex<Option<PromptPrinter>>,
-    /// Where events go while a renderer runs; stderr otherwise.
-    pub events: Mutex<Option<UnboundedSender<AgentEvent>>>,
 }
 
 impl TerminalHost {
@@ -69,96 +55,21 @@ impl TerminalHost {
     /// `/root`), never the working directory by default, because a server such as
     /// server-filesystem replaces the directories it was configured with by the client's roots,
     /// and a user who limited a server must stay limited.
-    pub fn new(servers: &[ServerConfig], roots: Vec<Root>, log_level: usize) -> TerminalHost {
+    pub fn new(roots: Vec<Root>, log_level: usize) -> TerminalHost {
         use std::io::IsTerminal;
         TerminalHost {
             interactive: std::io::stdin().is_terminal() && std::io::stderr().is_terminal(),
-            provider: None,
-            sampling: servers
-                .iter()
-                .map(|s| (s.name.clone(), s.sampling))
-                .collect(),
             roots: Mutex::new(roots),
-            printer: Mutex::new(None),
             log_level,
-            events: Mutex::new(None),
         }
     }
 
-    /// Sends an event to the renderer, or prints it when none runs.
+    /// Shows a notice or a restart on stderr.
     fn show(&self, event: AgentEvent) {
-        let sender = self.events.lock().ok().and_then(|e| e.clone());
-        match sender {
-            Some(sender) => {
-                let _ = sender.send(event);
-            }
-            None => {
-                let line = match event {
-                    AgentEvent::Notice { message } => message,
-                    AgentEvent::ServerRestarted {
-                        server,
-                        restarts,
-                        reason,
-                    } => AgentEvent::restart_line(&server, restarts, &reason),
-                    _ => return,
-                };
-                let line = crate::render::terminal_safe(&line).into_owned();
-                if let Ok(mut printer) = self.printer.lock()
-                    && let Some(printer) = printer.as_mut()
-                    && printer.print(format!("{line}\n")).is_ok()
-                {
-                    return;
-                }
-                safe_eprintln!("{line}");
-            }
-        }
-    }
-
-    async fn sample_with_consent(&self, server: &str, params: Value) -> Result<Value, String> {
-        let policy = self.sampling.get(server).copied().unwrap_or_default();
-        let Some(provider) = self.provider.clone() else {
-            return Err(format!(
-                "server \"{server}\" asked for sampling, but this command has no model; use `tether run` or `tether chat`"
-            ));
+        let Some(line) = event.notice_line() else {
+            return;
         };
-        match policy {
-            SamplingPolicy::Deny => {
-                return Err(format!(
-                    "sampling is denied for server \"{server}\" by its \"sampling\": \"deny\" setting"
-                ));
-            }
-            SamplingPolicy::Ask if !self.interactive => {
-                return Err(format!(
-                    "sampling request from server \"{server}\" refused: nobody to ask in a non-interactive run; set \"sampling\": \"allow\" for this server to permit it"
-                ));
-            }
-            SamplingPolicy::Ask => {
-                let question = format!(
-                    "\nserver \"{server}\" asks to use the model ({}):\n{}\nallow? [y]es / [n]o, then Enter: ",
-                    provider.name(),
-                    indent(&describe_sampling(&params))
-                );
-                if !yes(ask(question).await) {
-                    return Err("the user declined the sampling request".into());
-                }
-            }
-            SamplingPolicy::Allow => {}
-        }
-        self.show(AgentEvent::Notice {
-            message: format!("server \"{server}\" is sampling {}", provider.name()),
-        });
-        let answer = answer_sampling(provider.as_ref(), &params).await?;
-        if policy == SamplingPolicy::Ask {
-            let draft = describe_sampling(&json!({"messages": [answer.clone()]}));
-            let question = format!(
-                "draft answer for \"{server}\":\n{}\nsend it? [y]es / [n]o, then Enter: ",
-                indent(&draft)
-            );
-            if !yes(ask(question).await) {
-                return Err("the user withheld the sampled answer".into());
-            }
-        }
-        Ok(answer)
+        safe_eprintln!("{line}");
     }
 }
 
@@ -173,13 +84,15 @@ impl HostHandler for TerminalHost {
         params: Value,
     ) -> BoxFuture<'a, Result<Value, String>> {
         Box::pin(async move {
-            let outcome = self.sample_with_consent(server, params).await;
-            if let Err(reason) = &outcome {
-                self.show(AgentEvent::Notice {
-                    message: reason.clone(),
-                });
-            }
-            outcome
+            // A command with a model runs on the engine, whose host samples with it.
+            let _ = params;
+            let reason = format!(
+                "server \"{server}\" asked for sampling, but this command has no model; use `tether run` or `tether chat`"
+            );
+            self.show(AgentEvent::Notice {
+                message: reason.clone(),
+            });
+            Err(reason)
         })
     }
 
@@ -238,20 +151,6 @@ pub(crate) async fn elicit_on_terminal(
             }
         }
     }
-}
-
-fn indent(text: &str) -> String {
-    text.lines()
-        .map(|line| format!("  {line}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn yes(answer: Option<String>) -> bool {
-    matches!(
-        answer.as_deref().map(str::to_lowercase).as_deref(),
-        Some("y" | "yes")
-    )
 }
 
 fn choice(answer: Option<String>, accept: ElicitationAnswer) -> ElicitationAnswer {

@@ -23,6 +23,7 @@ mod semantic;
 mod serve;
 mod session;
 mod sessions;
+mod slash;
 mod telemetry;
 mod terminal_view;
 mod tester;

@@ -285,34 +285,7 @@ pub fn to_markdown(loaded: &Loaded) -> String {
         "# Tether session {}\n\nModel: {}. Started {}.\n",
         loaded.id, loaded.model, loaded.created
     );
-    for message in &loaded.messages {
-        match message {
-            Message::System { content } => out.push_str(&format!("\n## System\n\n{content}\n")),
-            Message::User { content } => out.push_str(&format!("\n## You\n\n{content}\n")),
-            Message::Assistant {
-                content,
-                tool_calls,
-            } => {
-                out.push_str("\n## Assistant\n\n");
-                if !content.is_empty() {
-                    out.push_str(content);
-                    out.push('\n');
-                }
-                for call in tool_calls {
-                    out.push_str(&format!("\n→ `{}` `{}`\n", call.name, call.arguments));
-                }
-            }
-            Message::Tool {
-                name,
-                content,
-                is_error,
-                ..
-            } => {
-                let mark = if *is_error { "✗" } else { "←" };
-                out.push_str(&format!("\n{mark} `{name}`:\n\n```\n{content}\n```\n"));
-            }
-        }
-    }
+    out.push_str(&tether_agent::compaction::transcript(&loaded.messages));
     out
 }
 

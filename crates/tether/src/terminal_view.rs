@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tether_agent::AgentEvent;
-use tokio::sync::mpsc;
 
 use crate::render::{ProgressBar, terminal_safe};
 use crate::session::{Record, SessionLog};
@@ -59,60 +58,44 @@ pub(crate) struct Style {
     pub(crate) spinner: bool,
 }
 
-/// Prints a turn's events as they arrive, styled: text to stdout, tool activity to stderr.
-/// Messages go to `session` (synced to disk) as they are added.
-pub(crate) fn spawn_styled_renderer(
-    session: Option<Arc<Mutex<SessionLog>>>,
-    style: Style,
-) -> (
-    mpsc::UnboundedSender<AgentEvent>,
-    tokio::task::JoinHandle<()>,
-) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<AgentEvent>();
-    let handle = tokio::spawn(async move {
-        let mut view = EventView::new(session, style);
-        let mut next = if style.spinner {
-            spin_until_first(&mut rx).await
-        } else {
-            rx.recv().await
-        };
-        while let Some(event) = next {
-            if matches!(
-                event,
-                AgentEvent::Notice { .. } | AgentEvent::ServerRestarted { .. }
-            ) {
-                // Held while a question (an approval, a form) waits for its answer.
-                let _terminal = crate::host::TERMINAL.lock().await;
-                view.show(event);
-            } else {
-                view.show(event);
-            }
-            next = rx.recv().await;
-        }
-        view.flush_markdown();
-    });
-    (tx, handle)
+/// "waiting for the model" on stderr until the turn's first visible event: a frame every
+/// 100 ms from [`Spinner::tick`], erased by [`Spinner::stop`].
+pub(crate) struct Spinner {
+    tick: Option<tokio::time::Interval>,
+    frame: usize,
 }
 
-/// Until the model's first event: a spinner on stderr, erased when the event comes.
-async fn spin_until_first(rx: &mut mpsc::UnboundedReceiver<AgentEvent>) -> Option<AgentEvent> {
-    const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
-    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
-    let mut frame = 0;
-    let first = loop {
-        tokio::select! {
-            event = rx.recv() => break event,
-            _ = tick.tick() => {
+impl Spinner {
+    /// A spinner that turns when `enabled` (a person watches a terminal).
+    pub(crate) fn new(enabled: bool) -> Spinner {
+        Spinner {
+            tick: enabled.then(|| tokio::time::interval(std::time::Duration::from_millis(100))),
+            frame: 0,
+        }
+    }
+
+    /// Waits for the next frame and draws it; never ready once stopped.
+    pub(crate) async fn tick(&mut self) {
+        const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+        match &mut self.tick {
+            Some(tick) => {
+                tick.tick().await;
                 crate::render::redraw_status(&format!(
                     "{} waiting for the model",
-                    FRAMES[frame % FRAMES.len()]
+                    FRAMES[self.frame % FRAMES.len()]
                 ));
-                frame += 1;
+                self.frame += 1;
             }
+            None => std::future::pending().await,
         }
-    };
-    crate::render::clear_status();
-    first
+    }
+
+    /// Erases the spinner, for good.
+    pub(crate) fn stop(&mut self) {
+        if self.tick.take().is_some() && self.frame > 0 {
+            crate::render::clear_status();
+        }
+    }
 }
 
 /// What a turn's events look like on the terminal, and where its messages are saved.
@@ -230,6 +213,8 @@ impl EventView {
             | AgentEvent::SamplingRequested { .. }
             | AgentEvent::TurnEnded { .. }
             | AgentEvent::OpRejected { .. }
+            | AgentEvent::ModelChanged { .. }
+            | AgentEvent::ConversationReplaced { .. }
             | AgentEvent::SessionEnded { .. } => {}
             AgentEvent::ToolsLoaded {
                 names,

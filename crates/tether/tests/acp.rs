@@ -163,4 +163,45 @@ fn editor_scenario(name: &str, mut client: std::process::Command) {
         "{replayed:#?}"
     );
     assert!(said(replayed).contains("Logging toggled."));
+
+    // The slash commands are offered as data and run when typed.
+    let offered: Vec<&str> = report["loadedUpdates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "available_commands_update")
+        .flat_map(|u| u["availableCommands"].as_array().unwrap())
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    for name in [
+        "help", "tools", "servers", "model", "clear", "compact", "usage",
+    ] {
+        assert!(offered.contains(&name), "{name}: {offered:?}");
+    }
+    assert!(!offered.contains(&"quit"), "{offered:?}");
+    let commands = report["commands"].as_array().unwrap();
+    let shown: Vec<String> = commands
+        .iter()
+        .map(|c| {
+            assert_eq!(c["stopReason"], "end_turn", "{c:#?}");
+            said(c["updates"].as_array().unwrap())
+        })
+        .collect();
+    assert!(
+        shown[0].contains("time__get_current_time") && !shown[0].contains(toggle),
+        "/tools time: {}",
+        shown[0]
+    );
+    assert!(shown[1].contains("messages in context"), "{}", shown[1]);
+    assert!(!shown[1].contains("(0 messages"), "{}", shown[1]);
+    assert!(shown[2].contains("conversation cleared"), "{}", shown[2]);
+    assert!(shown[3].contains("(0 messages in context)"), "{}", shown[3]);
+    assert_eq!(model.requests().len(), 5, "no command reached the model");
+
+    // The model is a config option, switched by the editor.
+    let options = report["configOptions"].as_array().unwrap();
+    assert_eq!(options[0]["id"], "model", "{options:#?}");
+    assert_eq!(options[0]["currentValue"], "openai:scripted");
+    let switched = report["switched"].as_array().unwrap();
+    assert_eq!(switched[0]["currentValue"], "openai:other-model");
 }

@@ -296,6 +296,64 @@ fn the_gateway_enforces_deny_and_asks_the_client_for_ask() {
     assert!(stdout.contains("did not approve"), "{stdout}");
 }
 
+/// An `ask` rule asks a 2025-11-25 client's user with the four options every front end
+/// offers (the official Python SDK client answers): "always allow" runs that tool from then on
+/// without asking, "always reject" refuses it from then on without asking.
+#[test]
+fn ask_rules_offer_the_four_options_and_keep_always_answers_for_the_session() {
+    let dir = scratch_dir("serve", "ask-always");
+    let config = dir.join("rules.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {}, "approval": {"ask": ["everything__echo", "everything__get-sum"]}})
+            .to_string(),
+    )
+    .unwrap();
+    let mut client = py_gateway_client();
+    client
+        .arg("approval")
+        .args(serve_args(&["--config", config.to_str().unwrap()]));
+    let report = run_client(client);
+    let asked = report["asked"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(asked.len(), 2, "each tool asked once: {report:#}");
+    assert!(
+        asked[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("everything__echo"),
+        "{report:#}"
+    );
+    assert_eq!(
+        asked[0]["options"],
+        json!(["allow_once", "allow_always", "reject_once", "reject_always"])
+    );
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results[0]["text"], "Echo: one", "{report:#}");
+    assert_eq!(
+        results[1]["text"], "Echo: two",
+        "not asked again: {report:#}"
+    );
+    for refused in &results[2..] {
+        assert_eq!(refused["is_error"], true, "{report:#}");
+    }
+    assert!(
+        results[2]["text"]
+            .as_str()
+            .unwrap()
+            .contains("did not approve"),
+        "{report:#}"
+    );
+    assert!(
+        results[3]["text"]
+            .as_str()
+            .unwrap()
+            .contains("rejected \"everything__get-sum\" for the rest of this session"),
+        "{report:#}"
+    );
+}
+
 /// `tether serve --http 127.0.0.1:0` in front of everything and time; killed on drop.
 struct HttpGateway {
     child: std::process::Child,
