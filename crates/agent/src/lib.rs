@@ -15,6 +15,7 @@ pub mod results;
 pub mod sampling;
 pub mod servers;
 pub mod session;
+pub mod settings;
 
 pub use agent::{
     Agent, AgentError, AgentOptions, ApprovalRequest, Approver, NonInteractive, ToolMode,
@@ -33,6 +34,7 @@ pub use session::{
     InputBlock, ModelSource, Op, Session, SessionHandle, SessionParts, answer_calls_left_open,
     event_channel,
 };
+pub use settings::{Settings, SettingsError};
 pub use tether_catalog::{
     ApprovalMode, ApprovalRules, Decision, SelectionMode, SelectionOptions, ToolCatalog,
     ToolSelection, decide, selection_for,

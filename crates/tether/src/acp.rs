@@ -23,6 +23,8 @@ use tether_protocol::chat::Message;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 use tokio::sync::mpsc::{self, UnboundedSender};
 
+use tether_agent::Settings;
+
 use crate::Failure;
 use crate::engine::{EngineStart, start};
 use crate::models::ModelArgs;
@@ -42,7 +44,7 @@ pub(crate) struct AcpConfig {
     /// The user's configured servers (the editor's are added per session).
     pub(crate) servers: Vec<ServerConfig>,
     /// The config's top-level settings.
-    pub(crate) settings: Map<String, Value>,
+    pub(crate) settings: Settings,
     /// The model flags.
     pub(crate) args: ModelArgs,
     /// Least severe server log level shown.

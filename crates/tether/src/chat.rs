@@ -13,11 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use rustyline::Editor;
-use serde_json::{Map, Value};
+use serde_json::Map;
 use tether_agent::{AgentEvent, ApprovalMode, InputBlock, Op, StopReason};
 use tether_mcp::{HostHandler, ServerConfig};
 use tether_protocol::chat::{Message, Usage};
 use tokio_util::sync::CancellationToken;
+
+use tether_agent::Settings;
 
 use crate::Failure;
 use crate::approver::TerminalAnswers;
@@ -66,7 +68,7 @@ enum Logged {
 /// `tether chat [--resume [ID]]`.
 pub async fn chat(
     servers: Vec<ServerConfig>,
-    settings: Map<String, Value>,
+    settings: Settings,
     args: ModelArgs,
     host: TerminalHost,
     resume: Option<Option<String>>,

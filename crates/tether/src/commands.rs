@@ -4,9 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use tether_mcp::config::{adhoc_stdio, adhoc_url};
 use tether_mcp::{Completion, Config, HostHandler, McpError, Root, ServerConfig, ServerRegistry};
+
+use tether_agent::Settings;
 
 use crate::host::{LOG_LEVELS, TerminalHost};
 
@@ -17,7 +19,7 @@ use crate::{Command, Failure, GlobalArgs};
 /// the config file). None unless the user names some.
 fn roots(
     global: &GlobalArgs,
-    settings: &serde_json::Map<String, Value>,
+    settings: &Settings,
     source: Option<&std::path::Path>,
 ) -> Result<Vec<Root>, Failure> {
     let mut dirs: Vec<(std::path::PathBuf, String)> = global
@@ -25,17 +27,9 @@ fn roots(
         .iter()
         .map(|dir| (dir.clone(), format!("--root {}", dir.display())))
         .collect();
-    if let Some(value) = settings.get("roots") {
-        let listed = value
-            .as_array()
-            .filter(|items| items.iter().all(Value::is_string))
-            .ok_or_else(|| {
-                Failure::usage(format!(
-                    "config: \"roots\" is {value}; give a list of directories, e.g. [\"~/projects/site\"]"
-                ))
-            })?;
+    {
         let base = source.and_then(std::path::Path::parent);
-        for item in listed.iter().filter_map(Value::as_str) {
+        for item in &settings.roots {
             let path = match item.strip_prefix("~/") {
                 Some(rest) => dirs::home_dir().unwrap_or_default().join(rest),
                 None => std::path::PathBuf::from(item),
@@ -185,7 +179,7 @@ fn tester_server(command: &Command) -> Option<&str> {
 /// servers already started: one command's, or a whole batch's.
 async fn tester_command(
     registry: &ServerRegistry,
-    settings: &Map<String, Value>,
+    settings: &Settings,
     command: Command,
     json: bool,
 ) -> Result<(), Failure> {
@@ -201,7 +195,7 @@ async fn tester_command(
             tokens,
         } => match (search, tokens) {
             (Some(query), _) => {
-                let semantic = crate::semantic::enabled(settings)?;
+                let semantic = settings.semantic_search;
                 crate::tester::tools_search_command(registry, &query, limit, json, semantic).await
             }
             (None, true) => crate::tester::tools_tokens_command(registry, settings, json).await,
@@ -283,7 +277,7 @@ fn command_name(command: &Command) -> String {
 /// code is the first failure's. Under `--strict` the first failure stops the batch.
 async fn batch_command(
     servers: &[ServerConfig],
-    settings: &Map<String, Value>,
+    settings: &Settings,
     file: &std::path::Path,
     (json, strict): (bool, bool),
     timeout: Option<Duration>,
@@ -396,11 +390,7 @@ fn question_from_stdin() -> Result<String, Failure> {
 
 /// The servers of this run: ad-hoc flags, plus the config file when it is named or when no
 /// ad-hoc server is given.
-type Loaded = (
-    Vec<ServerConfig>,
-    serde_json::Map<String, Value>,
-    Option<std::path::PathBuf>,
-);
+type Loaded = (Vec<ServerConfig>, Settings, Option<std::path::PathBuf>);
 
 fn server_configs(global: &GlobalArgs) -> Result<Loaded, Failure> {
     let adhoc = !global.stdio.is_empty() || !global.url.is_empty();
@@ -428,9 +418,16 @@ fn server_configs(global: &GlobalArgs) -> Result<Loaded, Failure> {
         for warning in &config.warnings {
             tracing::warn!("{warning}");
         }
-        (config.servers, config.settings, config.source)
+        let settings = Settings::from_map(&config.settings).map_err(|error| {
+            let place = config
+                .source
+                .as_ref()
+                .map_or("config".to_string(), |p| p.display().to_string());
+            Failure::usage(format!("{place}: {error}"))
+        })?;
+        (config.servers, settings, config.source)
     } else {
-        (Vec::new(), serde_json::Map::new(), None)
+        (Vec::new(), Settings::default(), None)
     };
     let timeout = cli_timeout(global)?;
     let names =

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use serde_json::{Map, Value};
 use tether_agent::{
     AgentEvent, AgentOptions, ModelSlot, ModelSource, Questions, SessionHandle, SessionHost,
     SessionParts, event_channel,
@@ -19,6 +18,8 @@ use tether_mcp::{Root, SamplingPolicy, ServerConfig, ServerRegistry};
 use tether_protocol::chat::Message;
 use tokio::sync::RwLock;
 
+use tether_agent::Settings;
+
 use crate::Failure;
 use crate::models::{ModelArgs, Setup, build_provider, setup};
 use crate::run::pin_tools;
@@ -28,7 +29,7 @@ pub(crate) struct EngineStart<'a> {
     /// The servers to start (the built-in one already added when none is configured).
     pub(crate) servers: Vec<ServerConfig>,
     /// The config's top-level settings.
-    pub(crate) settings: &'a Map<String, Value>,
+    pub(crate) settings: &'a Settings,
     /// The model flags.
     pub(crate) args: &'a ModelArgs,
     /// Roots offered to servers.
@@ -68,7 +69,7 @@ pub(crate) struct Engine {
 /// level, going on without a server that is slow to start (it joins when ready).
 pub(crate) async fn start_in_terminal(
     servers: Vec<ServerConfig>,
-    settings: &Map<String, Value>,
+    settings: &Settings,
     args: &ModelArgs,
     host: &crate::host::TerminalHost,
     interactive: bool,
@@ -91,7 +92,7 @@ pub(crate) async fn start_in_terminal(
 /// at once; Ctrl-C becomes an interrupt op (pending questions are answered "cancelled").
 pub(crate) async fn start_run(
     servers: Vec<ServerConfig>,
-    settings: &Map<String, Value>,
+    settings: &Settings,
     args: &ModelArgs,
     host: &crate::host::TerminalHost,
     interactive: bool,
@@ -134,7 +135,7 @@ pub(crate) async fn start(start: EngineStart<'_>) -> Result<Engine, Failure> {
         spec,
         selection,
     } = setup(start.args, start.settings).await?;
-    let semantic = crate::semantic::enabled(start.settings)?;
+    let semantic = start.settings.semantic_search;
     let provider: Arc<dyn Provider> = Arc::from(provider);
     let model = ModelSlot::new(spec, provider);
     let (inner_sender, inner_events) = event_channel();
@@ -207,7 +208,7 @@ pub(crate) async fn start(start: EngineStart<'_>) -> Result<Engine, Failure> {
 /// Models by spec, built as `--model` would build them.
 struct ConfiguredModels {
     args: ModelArgs,
-    settings: Map<String, Value>,
+    settings: Settings,
 }
 
 impl ModelSource for ConfiguredModels {

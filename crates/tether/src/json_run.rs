@@ -6,10 +6,11 @@
 
 use std::io::Write;
 
-use serde_json::{Map, Value};
 use tether_agent::{AgentEvent, Op};
 use tether_mcp::ServerConfig;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+
+use tether_agent::Settings;
 
 use crate::Failure;
 use crate::engine::start_run;
@@ -23,7 +24,7 @@ const MAX_OP_LINE: usize = 1 << 20;
 /// `tether run --json [--input jsonl] QUESTION`.
 pub(crate) async fn run(
     servers: Vec<ServerConfig>,
-    settings: Map<String, Value>,
+    settings: Settings,
     args: ModelArgs,
     question: String,
     host: TerminalHost,

@@ -4,13 +4,14 @@
 #[cfg(feature = "local")]
 use std::io::IsTerminal;
 
-use serde_json::{Map, Value};
 use tether_agent::results::DEFAULT_MAX_RESULT_CHARS;
-use tether_agent::{AgentOptions, ApprovalMode, ApprovalRules, ToolMode};
+use tether_agent::{AgentOptions, ApprovalMode, ToolMode};
 use tether_catalog::SelectionMode;
 use tether_catalog::SelectionOptions;
 use tether_catalog::selection::DEFAULT_CONTEXT_WINDOW;
 use tether_llm::{Provider, ProviderOptions, provider_for};
+
+use tether_agent::Settings;
 
 use crate::Failure;
 
@@ -108,15 +109,12 @@ pub(crate) struct Setup {
     pub(crate) selection: SelectionOptions,
 }
 
-pub(crate) async fn setup(
-    args: &ModelArgs,
-    settings: &Map<String, Value>,
-) -> Result<Setup, Failure> {
+pub(crate) async fn setup(args: &ModelArgs, settings: &Settings) -> Result<Setup, Failure> {
     let spec = args
         .model
         .clone()
         .or_else(|| std::env::var("TETHER_MODEL").ok().filter(|m| !m.is_empty()))
-        .or_else(|| settings.get("model").and_then(Value::as_str).map(str::to_string))
+        .or_else(|| settings.model.clone())
         .or_else(default_model)
         .ok_or_else(|| {
             Failure::usage(
@@ -124,20 +122,11 @@ pub(crate) async fn setup(
             )
         })?;
     let provider = build_provider(&spec, args, settings).await?;
-    let approval_rules = approval_rules(settings)?;
+    let approval_rules = settings.approval.clone();
     let selection = selection_options(args, settings, &spec, provider.as_ref())?;
-    let max_result_chars = match settings.get("maxResultChars") {
-        None => DEFAULT_MAX_RESULT_CHARS,
-        Some(value) => value
-            .as_u64()
-            .filter(|n| *n >= 1_000)
-            .map(|n| n as usize)
-            .ok_or_else(|| {
-                Failure::usage(format!(
-                    "config: \"maxResultChars\" is {value}; give a whole number of characters, at least 1000 (default {DEFAULT_MAX_RESULT_CHARS})"
-                ))
-            })?,
-    };
+    let max_result_chars = settings
+        .max_result_chars
+        .unwrap_or(DEFAULT_MAX_RESULT_CHARS);
     let options = AgentOptions {
         max_result_chars,
         max_steps: args.max_steps.max(1),
@@ -170,21 +159,16 @@ pub(crate) async fn setup(
 /// them, and a 135M model does better choosing among three tools than calling a search).
 pub(crate) fn selection_options(
     args: &ModelArgs,
-    settings: &Map<String, Value>,
+    settings: &Settings,
     spec: &str,
     provider: &dyn Provider,
 ) -> Result<SelectionOptions, Failure> {
-    let mode = match (args.tools, settings.get("toolSelection")) {
-        (Some(ToolsArg::All), _) => SelectionMode::All,
-        (Some(ToolsArg::Search), _) => SelectionMode::Search,
-        (Some(ToolsArg::Meta), _) => SelectionMode::Meta,
-        (Some(ToolsArg::Auto), _) => SelectionMode::Auto,
-        (None, None) => SelectionMode::Auto,
-        (None, Some(value)) => value
-            .as_str()
-            .ok_or_else(|| format!("is {value}"))
-            .and_then(SelectionMode::parse)
-            .map_err(|e| Failure::usage(format!("config: \"toolSelection\": {e}")))?,
+    let mode = match args.tools {
+        Some(ToolsArg::All) => SelectionMode::All,
+        Some(ToolsArg::Search) => SelectionMode::Search,
+        Some(ToolsArg::Meta) => SelectionMode::Meta,
+        Some(ToolsArg::Auto) => SelectionMode::Auto,
+        None => settings.tool_selection.unwrap_or(SelectionMode::Auto),
     };
     let local = spec == "local" || spec.starts_with("local:");
     Ok(SelectionOptions {
@@ -197,27 +181,10 @@ pub(crate) fn selection_options(
     })
 }
 
-/// The config's `"approval"` rules (none when absent).
-pub(crate) fn approval_rules(settings: &Map<String, Value>) -> Result<ApprovalRules, Failure> {
-    match settings.get("approval") {
-        Some(value) => serde_json::from_value(value.clone()).map_err(|e| {
-            Failure::usage(format!(
-                "config: \"approval\": {e}; expected {{\"allow\": [patterns], \"ask\": [...], \"deny\": [...]}}"
-            ))
-        }),
-        None => Ok(ApprovalRules::default()),
-    }
-}
-
 /// `"contextWindow"` in the config, else what the provider knows.
-pub(crate) fn context_window(
-    settings: &Map<String, Value>,
-    provider: &dyn Provider,
-) -> Option<usize> {
+pub(crate) fn context_window(settings: &Settings, provider: &dyn Provider) -> Option<usize> {
     settings
-        .get("contextWindow")
-        .and_then(Value::as_u64)
-        .map(|n| n as usize)
+        .context_window
         .or_else(|| provider.context_window())
 }
 
@@ -225,14 +192,9 @@ pub(crate) fn context_window(
 pub(crate) async fn build_provider(
     spec: &str,
     args: &ModelArgs,
-    settings: &Map<String, Value>,
+    settings: &Settings,
 ) -> Result<Box<dyn Provider>, Failure> {
-    let base_url = args.base_url.clone().or_else(|| {
-        settings
-            .get("baseUrl")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    });
+    let base_url = args.base_url.clone().or_else(|| settings.base_url.clone());
     if spec == "local" || spec.starts_with("local:") {
         return local_provider(spec, args).await;
     }

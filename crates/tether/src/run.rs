@@ -5,11 +5,12 @@
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 
-use serde_json::{Map, Value};
 use tether_agent::{AgentEvent, Op, StopReason};
 use tether_catalog::ToolCatalog;
 use tether_mcp::{ServerConfig, ServerRegistry};
 use tokio_util::sync::CancellationToken;
+
+use tether_agent::Settings;
 
 use crate::Failure;
 use crate::approver::TerminalAnswers;
@@ -78,7 +79,7 @@ pub(crate) fn watch_ctrl_c(current: Arc<Mutex<CancellationToken>>) {
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     servers: Vec<ServerConfig>,
-    settings: Map<String, Value>,
+    settings: Settings,
     args: ModelArgs,
     question: String,
     json: bool,

@@ -4,21 +4,7 @@
 //! words. `"semanticSearch": false` in the config keeps search lexical. The encoder loads on
 //! the first search, so a run that never searches pays only for the file check.
 
-use serde_json::{Map, Value};
 use tether_catalog::ToolCatalog;
-
-use crate::Failure;
-
-/// `"semanticSearch"` in the config: on unless set to `false`.
-pub(crate) fn enabled(settings: &Map<String, Value>) -> Result<bool, Failure> {
-    match settings.get("semanticSearch") {
-        None => Ok(true),
-        Some(Value::Bool(on)) => Ok(*on),
-        Some(other) => Err(Failure::usage(format!(
-            "config: \"semanticSearch\" is {other}; expected true or false"
-        ))),
-    }
-}
 
 /// Gives `catalog` semantic ranking when `on`, fetching the encoder the first time. Returns a
 /// warning to show when that failed (search then stays lexical).

@@ -5,14 +5,15 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use serde_json::{Map, Value};
 use tether_catalog::SelectionMode;
 use tether_gateway::{Gateway, GatewayOptions};
 use tether_mcp::{HttpOptions, JwtSettings, MCP_PATH, ServeMetrics, ServerConfig, StaticToken};
 use tokio_util::sync::CancellationToken;
 
+use tether_agent::Settings;
+
 use crate::Failure;
-use crate::models::{ToolsArg, approval_rules};
+use crate::models::ToolsArg;
 
 /// `tether serve` options.
 #[derive(Debug, clap::Args)]
@@ -79,19 +80,14 @@ pub struct ServeArgs {
 /// Runs the gateway until the client (stdio) goes away.
 pub async fn serve(
     servers: Vec<ServerConfig>,
-    settings: &Map<String, Value>,
+    settings: &Settings,
     args: ServeArgs,
 ) -> Result<(), Failure> {
-    let mode = match (
-        args.tools,
-        settings.get("toolSelection").and_then(Value::as_str),
-    ) {
-        (Some(ToolsArg::Search), _) => SelectionMode::Search,
-        (Some(ToolsArg::Meta), _) => SelectionMode::Meta,
-        (Some(ToolsArg::All | ToolsArg::Auto), _) => SelectionMode::All,
-        (None, Some(text)) => SelectionMode::parse(text)
-            .map_err(|e| Failure::usage(format!("config: \"toolSelection\": {e}")))?,
-        (None, None) => SelectionMode::All,
+    let mode = match args.tools {
+        Some(ToolsArg::Search) => SelectionMode::Search,
+        Some(ToolsArg::Meta) => SelectionMode::Meta,
+        Some(ToolsArg::All | ToolsArg::Auto) => SelectionMode::All,
+        None => settings.tool_selection.unwrap_or(SelectionMode::All),
     };
     let http = match args.http {
         Some(addr) => Some((addr, http_options(addr, &args)?)),
@@ -103,7 +99,7 @@ pub async fn serve(
     let options = GatewayOptions {
         mode,
         prefix: !args.no_prefix,
-        rules: approval_rules(settings)?,
+        rules: settings.approval.clone(),
         pins: crate::session::pins_path(),
         metrics,
     };

@@ -8,6 +8,8 @@ use serde_json::{Map, Value, json};
 use tether_catalog::ToolCatalog;
 use tether_mcp::{HostHandler, McpError, ServerConfig, ServerRegistry, ServerState};
 
+use tether_agent::Settings;
+
 use crate::Failure;
 use crate::commands::{partial_failure, single_failure};
 use crate::render;
@@ -182,17 +184,14 @@ pub(crate) async fn tools_search_command(
 /// `tools --tokens`: what tool definitions cost, per server and per request in each mode.
 pub(crate) async fn tools_tokens_command(
     registry: &ServerRegistry,
-    settings: &Map<String, Value>,
+    settings: &Settings,
     json: bool,
 ) -> Result<(), Failure> {
     let (catalog, list_errors) = ToolCatalog::load(registry).await;
     let snapshot = catalog.snapshot();
     let window = settings
-        .get("contextWindow")
-        .and_then(Value::as_u64)
-        .map_or(tether_catalog::selection::DEFAULT_CONTEXT_WINDOW, |n| {
-            n as usize
-        });
+        .context_window
+        .unwrap_or(tether_catalog::selection::DEFAULT_CONTEXT_WINDOW);
     let servers: Vec<Value> = snapshot
         .servers()
         .iter()

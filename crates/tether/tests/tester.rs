@@ -1316,6 +1316,22 @@ fn strict_mode_makes_config_warnings_errors_and_completions_are_generated() {
     let strict = tether_in(&dir, &["--strict", "--config", "typo.json", "tools"]);
     assert_eq!(strict.code, 1, "{}", strict.stderr);
     assert!(strict.stderr.contains("toolSelectoin"), "{}", strict.stderr);
+    // A setting of the wrong kind stops every command, even one that does not read it, with
+    // the file, the key and the fix on one line.
+    std::fs::write(
+        dir.join("kind.json"),
+        r#"{"mcpServers": {"e": {"command": "true"}}, "contextWindow": "big"}"#,
+    )
+    .unwrap();
+    let wrong = tether_in(&dir, &["--config", "kind.json", "tools"]);
+    assert_eq!(wrong.code, 1, "{}", wrong.stderr);
+    assert!(
+        wrong.stderr.contains(
+            "kind.json: \"contextWindow\" is \"big\"; give the model's context window in tokens"
+        ) && wrong.stderr.trim().lines().count() == 1,
+        "{}",
+        wrong.stderr
+    );
     for (shell, marker) in [
         ("bash", "_tether()"),
         ("zsh", "#compdef tether"),

@@ -577,7 +577,7 @@ fn config_selects_the_mode_and_always_load_keeps_a_server_sent() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("\"toolSelection\": \"smart\" is not a tool-selection mode; use \"all\", \"search\", \"meta\" or \"auto\""),
+        stderr.contains("config.json: \"toolSelection\" is \"smart\"; use \"all\", \"search\", \"meta\" or \"auto\""),
         "{stderr}"
     );
 }
