@@ -353,6 +353,8 @@ mod tests {
                 output_schema: None,
                 annotations,
                 execution: None,
+                icons: None,
+                meta: None,
             },
         }
     }

@@ -123,6 +123,8 @@ impl FakeServers {
                 ..ToolAnnotations::default()
             },
             execution: None,
+            icons: None,
+            meta: None,
         };
         ToolCatalog::from_servers(vec![ServerTools {
             server: "fake".into(),

@@ -35,6 +35,8 @@ pub struct Snapshot {
     router: ToolRouter,
     definitions: Vec<ToolDefinition>,
     always_load: Vec<bool>,
+    /// Whether any tool is meant only for an app's own view ([`Tool::for_model`]).
+    app_only: bool,
     index: SearchIndex,
     /// Semantic ranking, when the catalogue has an encoder, and the tool vectors it made on
     /// the first search that needed them.
@@ -61,14 +63,38 @@ impl Snapshot {
             .collect();
         let definitions = router.tools().iter().map(definition).collect();
         let index = SearchIndex::build(router.tools(), ranking);
+        let app_only = router.tools().iter().any(|t| !t.tool.for_model());
         Snapshot {
             servers,
             router,
             definitions,
             always_load,
+            app_only,
             index,
             semantic: None,
         }
+    }
+
+    /// This snapshot without the tools no model may be offered ([`Tool::for_model`]); the
+    /// same snapshot when it has none.
+    pub fn for_model(self) -> Snapshot {
+        if !self.app_only {
+            return self;
+        }
+        let servers = self
+            .servers
+            .iter()
+            .map(|s| ServerTools {
+                tools: s.tools.iter().filter(|t| t.for_model()).cloned().collect(),
+                ..s.clone()
+            })
+            .collect();
+        Snapshot::new(servers)
+    }
+
+    /// Whether any tool is meant only for an app's own view ([`Tool::for_model`]).
+    pub fn has_app_only_tools(&self) -> bool {
+        self.app_only
     }
 
     /// This snapshot with semantic ranking beside BM25 (tool vectors made on first search).
@@ -238,6 +264,9 @@ pub struct ToolCatalog {
     semantic: Arc<RwLock<Option<SemanticRanker>>>,
     /// The pin book, once [`pin`](Self::pin) turned pinning on.
     pinning: Arc<Mutex<Option<Pinning>>>,
+    /// Whether snapshots leave out the tools meant only for an app's own view (set by a
+    /// model-facing front end, see [`hide_app_only_tools`](Self::hide_app_only_tools)).
+    model_view: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Pinning state shared by every handle.
@@ -287,7 +316,17 @@ impl ToolCatalog {
             current: Arc::new(RwLock::new(Arc::new(Snapshot::new(servers)))),
             semantic: Arc::default(),
             pinning: Arc::default(),
+            model_view: Arc::default(),
         }
+    }
+
+    /// From now on, leaves out the tools no model may be offered (MCP Apps tools whose
+    /// `_meta.ui.visibility` does not name the model): a catalogue the agent offers a model
+    /// from. The gateway keeps them, for clients that run the apps.
+    pub fn hide_app_only_tools(&self) {
+        self.model_view
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.replace(Snapshot::new(self.snapshot().servers().to_vec()));
     }
 
     /// Ranks searches by meaning too, with `ranker`, in this snapshot and every later one.
@@ -464,6 +503,11 @@ impl ToolCatalog {
 
     /// Swaps in `snapshot` for every holder.
     pub fn replace(&self, snapshot: Snapshot) {
+        let snapshot = if self.model_view.load(std::sync::atomic::Ordering::Relaxed) {
+            snapshot.for_model()
+        } else {
+            snapshot
+        };
         let ranker = self.semantic.read().ok().and_then(|r| r.clone());
         let snapshot = if snapshot.is_semantic() {
             snapshot

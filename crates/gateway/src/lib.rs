@@ -30,8 +30,8 @@ use tether_mcp::{
     ServerNotice, ServerRegistry, ServerState, ServiceChange, ServiceInfo,
 };
 use tether_protocol::{
-    ContentBlock, Prompt, PromptResult, ProtocolEra, Resource, ResourceContents, ResourceTemplate,
-    Tool, ToolAnnotations, ToolResult,
+    ContentBlock, MCP_APPS_EXTENSION, Prompt, PromptResult, ProtocolEra, Resource,
+    ResourceContents, ResourceTemplate, Tool, ToolAnnotations, ToolResult,
 };
 use tokio::sync::{broadcast, mpsc};
 
@@ -729,7 +729,7 @@ pub struct GatewaySession {
     standing: StandingAnswers,
 }
 
-type AllowedView = (Arc<Snapshot>, Vec<String>, Arc<Snapshot>);
+type AllowedView = (Arc<Snapshot>, Option<Vec<String>>, bool, Arc<Snapshot>);
 
 impl std::fmt::Debug for GatewaySession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -741,28 +741,33 @@ impl std::fmt::Debug for GatewaySession {
 
 impl GatewaySession {
     /// The tools `caller` may see: all of them, or those its principal's allow-list names
-    /// (by qualified name or by the name the client sees). Everything a client does with tools
-    /// (listing, searching, `mcp_query`, calling) goes through this view, so a tool outside
-    /// the allow-list does not exist for that client.
+    /// (by qualified name or by the name the client sees), less the MCP Apps tools meant only
+    /// for an app's view when the client does not run apps (it is a model's host). Everything
+    /// a client does with tools (listing, searching, `mcp_query`, calling) goes through this
+    /// view, so a tool outside it does not exist for that client.
     fn snapshot_for(&self, caller: &Caller) -> Arc<Snapshot> {
         let full = self.gateway.catalog.snapshot();
-        let Some(principal) = caller.principal() else {
+        let globs = caller.principal().and_then(|p| p.allowed_tools.as_ref());
+        let hide_apps = full.has_app_only_tools() && !caller.declared_extension(MCP_APPS_EXTENSION);
+        if globs.is_none() && !hide_apps {
             return full;
-        };
-        let Some(globs) = &principal.allowed_tools else {
-            return full;
-        };
+        }
         let mut cached = self.allowed_view.lock().ok();
-        if let Some(Some((source, list, view))) = cached.as_deref()
+        if let Some(Some((source, list, hid, view))) = cached.as_deref()
             && Arc::ptr_eq(source, &full)
-            && list == globs
+            && list.as_ref() == globs
+            && *hid == hide_apps
         {
             return view.clone();
         }
         let allowed: Vec<(&str, &str)> = full
             .tools()
             .iter()
+            .filter(|t| !hide_apps || t.tool.for_model())
             .filter(|t| {
+                let Some(principal) = caller.principal() else {
+                    return true;
+                };
                 let exposed = self.gateway.exposed(&t.server, &t.tool.name);
                 principal.allows(&[&t.qualified_name, &exposed])
             })
@@ -786,7 +791,7 @@ impl GatewaySession {
             .collect();
         let view = Arc::new(Snapshot::new(servers));
         if let Some(cached) = cached.as_deref_mut() {
-            *cached = Some((full.clone(), globs.clone(), view.clone()));
+            *cached = Some((full.clone(), globs.cloned(), hide_apps, view.clone()));
         }
         view
     }
@@ -1179,6 +1184,8 @@ impl McpService for GatewaySession {
                     output_schema: None,
                     annotations: ToolAnnotations::default(),
                     execution: None,
+                    icons: None,
+                    meta: None,
                 },
             })
             .collect())

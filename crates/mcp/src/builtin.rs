@@ -58,6 +58,8 @@ fn tool(name: &str, title: &str, description: &str, schema: Value) -> Tool {
         output_schema: None,
         annotations: Default::default(),
         execution: None,
+        icons: None,
+        meta: None,
     })
 }
 

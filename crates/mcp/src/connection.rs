@@ -651,11 +651,16 @@ impl ServerConnection {
         let mut tools = serde_json::to_value(tools).unwrap_or_default();
         // `execution` came through rmcp in `_meta` (see `stdio::keep_legacy_task_fields`).
         for tool in tools.as_array_mut().into_iter().flatten() {
-            if let Some(execution) = tool
-                .get_mut("_meta")
-                .and_then(Value::as_object_mut)
-                .and_then(|meta| meta.remove(crate::legacy_fields::EXECUTION_META))
-            {
+            let Some(meta) = tool.get_mut("_meta").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            let execution = meta.remove(crate::legacy_fields::EXECUTION_META);
+            // The key was ours; a `_meta` left empty by taking it was not the server's.
+            let emptied = execution.is_some() && meta.is_empty();
+            if emptied && let Some(object) = tool.as_object_mut() {
+                object.remove("_meta");
+            }
+            if let Some(execution) = execution {
                 tool["execution"] = execution;
             }
         }

@@ -261,6 +261,24 @@ impl Caller {
         self.input.as_ref().filter(|_| self.task.is_none())
     }
 
+    /// Whether the client declared the extension `name` (`extensions` in its capabilities: on
+    /// this request for a 2026-07-28 client, at `initialize` for a legacy one).
+    pub fn declared_extension(&self, name: &str) -> bool {
+        let capabilities = match self.context.client_capabilities() {
+            Some(capabilities) => serde_json::to_value(capabilities).ok(),
+            None => self
+                .context
+                .peer
+                .peer_info()
+                .and_then(|info| serde_json::to_value(&info.capabilities).ok()),
+        };
+        capabilities
+            .as_ref()
+            .and_then(|c| c.get("extensions"))
+            .and_then(|e| e.get(name))
+            .is_some_and(|e| !e.is_null())
+    }
+
     /// Whether this 2026-07-28 request declared `capability` (`elicitation`, `sampling`,
     /// `roots`) in its `_meta`: what it can answer in an input-required result.
     pub fn declared(&self, capability: &str) -> bool {

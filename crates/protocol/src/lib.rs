@@ -7,7 +7,7 @@
 //! no I/O and knows no async runtime.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// The optional hints a server attaches to a tool. Absent means "not said", which the
 /// approval policy treats as the cautious default.
@@ -62,6 +62,12 @@ pub struct Tool {
     /// How the tool runs (MCP 2025-11-25): whether it may or must run as a task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution: Option<ToolExecution>,
+    /// Icons for a person's eye (MCP 2025-11-25), passed on unread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Vec<Value>>,
+    /// The server's `_meta` (extensions such as MCP Apps' `ui`), passed on unchanged.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
 }
 
 /// A tool's `execution` object.
@@ -78,7 +84,31 @@ fn empty_object_schema() -> Value {
     serde_json::json!({"type": "object"})
 }
 
+/// The MCP Apps extension's identifier, as clients declare it under `extensions`.
+pub const MCP_APPS_EXTENSION: &str = "io.modelcontextprotocol/ui";
+
 impl Tool {
+    /// Whether a model may be offered this tool: not when MCP Apps' `_meta.ui.visibility`
+    /// names who may call it and the model is not among them (`["app"]`: the app's own view
+    /// calls it).
+    pub fn for_model(&self) -> bool {
+        match self
+            .meta
+            .as_ref()
+            .and_then(|m| m.get("ui"))
+            .and_then(|ui| ui.get("visibility"))
+            .and_then(Value::as_array)
+        {
+            Some(visibility) => visibility.iter().any(|v| v == "model"),
+            None => true,
+        }
+    }
+
+    /// The `ui://` resource of an MCP Apps tool, when it has one.
+    pub fn app_resource(&self) -> Option<&str> {
+        self.meta.as_ref()?.get("ui")?.get("resourceUri")?.as_str()
+    }
+
     /// Whether the server runs this tool only as a task (`execution.taskSupport: required`).
     pub fn requires_task(&self) -> bool {
         self.execution
@@ -152,7 +182,7 @@ pub enum ContentBlock {
         mime_type: String,
     },
     /// A link to a resource the client may read.
-    ResourceLink(ResourceLink),
+    ResourceLink(Box<ResourceLink>),
     /// A resource embedded in the result.
     Resource {
         /// The embedded contents.
@@ -181,6 +211,15 @@ pub struct ResourceLink {
     /// Size in bytes when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
+    /// Audience and priority hints, passed on unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Value>,
+    /// Icons for a person's eye (MCP 2025-11-25), passed on unread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Vec<Value>>,
+    /// The server's `_meta` (extensions such as MCP Apps' `ui`), passed on unchanged.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
 }
 
 /// A resource listed by a server (same shape as a link).
@@ -204,6 +243,15 @@ pub struct ResourceTemplate {
     /// MIME type when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<String>,
+    /// Audience and priority hints, passed on unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Value>,
+    /// Icons for a person's eye (MCP 2025-11-25), passed on unread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Vec<Value>>,
+    /// The server's `_meta` (extensions such as MCP Apps' `ui`), passed on unchanged.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
 }
 
 /// What a tool call returned.
@@ -253,6 +301,12 @@ pub struct Prompt {
     /// Arguments it accepts.
     #[serde(default)]
     pub arguments: Vec<PromptArgument>,
+    /// Icons for a person's eye (MCP 2025-11-25), passed on unread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Vec<Value>>,
+    /// The server's `_meta` (extensions such as MCP Apps' `ui`), passed on unchanged.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Map<String, Value>>,
 }
 
 /// Who speaks a message.

@@ -167,6 +167,8 @@ pub(crate) async fn start(start: EngineStart<'_>) -> Result<Engine, Failure> {
     for error in errors {
         notice(error.to_string());
     }
+    // MCP Apps tools meant only for their app's own view are not the model's to call.
+    catalog.hide_app_only_tools();
     // Only a catalogue that will be searched needs the encoder (see run.rs).
     let searches = selection.search_tool
         && selection_for(&selection).effective_mode(&catalog.snapshot()) != SelectionMode::All;

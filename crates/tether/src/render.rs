@@ -247,6 +247,14 @@ pub fn tools(tools: &[QualifiedTool], schema: bool, any_connected: bool) {
         if !hints.is_empty() {
             safe_println!("    hints: {}", hints.join(", "));
         }
+        if let Some(app) = tool.tool.app_resource() {
+            let audience = if tool.tool.for_model() {
+                ""
+            } else {
+                "; called by the app only, never offered to a model"
+            };
+            safe_println!("    app: {app}{audience}");
+        }
         if schema {
             print_indented("input schema", &tool.tool.input_schema);
             if let Some(output) = &tool.tool.output_schema {

@@ -1008,3 +1008,47 @@ fn chat_offers_a_late_server_from_the_next_request() {
         requests[1].offered_tools()
     );
 }
+
+/// MCP Apps: a tool whose `_meta.ui.visibility` is `["app"]` belongs to its app's view, so
+/// the model is never offered it; the tester still lists it, with its `ui://` resource, and
+/// `tools --json` keeps every tool's `_meta` and `icons`.
+#[test]
+fn an_app_only_tool_is_never_offered_to_the_model_but_the_tester_shows_it() {
+    let model = ScriptedModel::start(Wire::OpenAi, vec![Reply::text("Nothing to do.")]);
+    let server = misbehaving_stdio("decorated");
+    let run = run_against(&server, &model, &["--tools", "all"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let offered = model.requests()[0].offered_tools();
+    assert!(
+        offered.contains(&"misbehaving_server__boom".to_string()),
+        "{offered:?}"
+    );
+    assert!(
+        !offered.iter().any(|t| t.contains("app_only")),
+        "{offered:?}"
+    );
+
+    let listed = tether(&["tools", "--stdio", &server]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    assert!(
+        listed.stdout.contains("misbehaving_server__app_only")
+            && listed.stdout.contains(
+                "app: ui://decorated/dashboard.html; called by the app only, never offered to a model"
+            ),
+        "{}",
+        listed.stdout
+    );
+    let listed = tether(&["tools", "--json", "--stdio", &server]);
+    let tools: Value = serde_json::from_str(&listed.stdout).unwrap();
+    let boom = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["qualifiedName"] == "misbehaving_server__boom")
+        .unwrap_or_else(|| panic!("{tools:#}"));
+    let text = boom.to_string();
+    assert!(
+        text.contains("\"example.com/owner\":\"decorations\"") && text.contains("icon.png"),
+        "{boom:#}"
+    );
+}

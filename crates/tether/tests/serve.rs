@@ -354,6 +354,43 @@ fn ask_rules_offer_the_four_options_and_keep_always_answers_for_the_session() {
     );
 }
 
+/// What a server says beside a listing's fields (`_meta`, `icons`, a resource's
+/// `annotations`) reaches the gateway's clients unchanged, for tools, resources, templates and
+/// prompts (read by the official Python SDK client); an MCP Apps tool meant only for its app's
+/// view is not listed to a client that did not declare the extension.
+#[test]
+fn meta_icons_and_annotations_pass_through_and_app_only_tools_stay_with_apps() {
+    let mut client = py_gateway_client();
+    client.arg("listings").args([
+        tether().to_string(),
+        "serve".into(),
+        "--stdio".into(),
+        format!("decorated={}", misbehaving_stdio("decorated")),
+    ]);
+    let report = run_client(client);
+    let meta = json!({"example.com/owner": "decorations", "example.com/rank": 3});
+    let icons = json!([{"src": "https://example.com/icon.png", "mimeType": "image/png", "sizes": ["48x48"]}]);
+    let tools = report["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report:#}"));
+    let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["decorated__boom"], "{report:#}");
+    for (kind, item) in [
+        ("tool", &tools[0]),
+        ("resource", &report["resources"][0]),
+        ("template", &report["templates"][0]),
+        ("prompt", &report["prompts"][0]),
+    ] {
+        assert_eq!(item["_meta"], meta, "{kind}: {item:#}");
+        assert_eq!(item["icons"], icons, "{kind}: {item:#}");
+    }
+    assert_eq!(
+        report["resources"][0]["annotations"],
+        json!({"audience": ["user"], "priority": 0.5}),
+        "{report:#}"
+    );
+}
+
 /// `tether serve --http 127.0.0.1:0` in front of everything and time; killed on drop.
 struct HttpGateway {
     child: std::process::Child,
