@@ -1092,6 +1092,40 @@ fn rpc_message(response: &str) -> Value {
         .unwrap_or_else(|| panic!("no JSON-RPC answer in {response}"))
 }
 
+/// A held call is not charged the time its client takes to answer: with the upstream's own
+/// request timeout at 2 s, a question answered 4 s later still completes the call (the held
+/// call lives its ten minutes, `HELD_FOR`, not the upstream's timeout).
+#[test]
+fn a_held_call_outlives_the_upstreams_timeout_while_its_client_answers() {
+    let gateway = HttpGateway::start(&["--timeout", "2"], &[]);
+    let tool = "everything__trigger-elicitation-request";
+    let call = |round: Value| {
+        let mut params = json!({"name": tool, "arguments": {},
+            "_meta": modern_meta(json!({"elicitation": {}}))});
+        if let (Value::Object(params), Value::Object(round)) = (&mut params, round) {
+            params.extend(round);
+        }
+        rpc_message(&post_modern(&gateway.url, tool, params, ""))
+    };
+    let asked = call(json!({}));
+    assert_eq!(asked["result"]["resultType"], "input_required", "{asked}");
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The person behind the client takes twice the upstream's timeout.
+    std::thread::sleep(Duration::from_secs(4));
+    let answer = json!({"dev.tether/elicitation-create": {"action": "decline"}});
+    let answered = call(json!({"inputResponses": answer, "requestState": state}));
+    let text = answered["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("declined") && !answered.to_string().contains("timed out"),
+        "{answered}"
+    );
+}
+
 #[test]
 fn a_legacy_servers_question_reaches_a_modern_client_in_an_input_round() {
     // server-everything (2025-11-25) asks mid-call; a 2026-07-28 client can only answer in a
