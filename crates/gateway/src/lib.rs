@@ -23,15 +23,18 @@ use tether_catalog::selection::{
 use tether_catalog::{PermissionDecision, ServerTools, Snapshot, StandingAnswers, ToolCatalog};
 use tether_mcp::input_rounds::{Forwarding, InputRequired, InputRound, Reply, unguessable_token};
 use tether_mcp::router::qualify;
-use tether_mcp::serve::HeldQuestion;
 use tether_mcp::{
-    CallOutcome, Caller, Completion, ElicitationAnswer, ElicitationRequest, HostHandler, McpError,
-    McpService, Readiness, Root, ServeError, ServeMetrics, ServerConfig, ServerConnection,
-    ServerNotice, ServerRegistry, ServerState, ServiceChange, ServiceInfo,
+    Completion, ElicitationAnswer, ElicitationRequest, HostHandler, McpError, Root, ServerConfig,
+    ServerConnection, ServerNotice, ServerRegistry, ServerState,
 };
 use tether_protocol::{
     ContentBlock, MCP_APPS_EXTENSION, Prompt, PromptResult, ProtocolEra, Resource,
     ResourceContents, ResourceTemplate, Tool, ToolAnnotations, ToolResult,
+};
+use tether_serve::serve::HeldQuestion;
+use tether_serve::{
+    CallOutcome, Caller, McpService, Readiness, ServeError, ServeMetrics, ServiceChange,
+    ServiceInfo,
 };
 use tokio::sync::{broadcast, mpsc};
 

@@ -14,46 +14,12 @@ use rmcp::transport::auth::{
     AuthError, AuthorizationManager, AuthorizationRequest, CredentialStore,
     InMemoryCredentialStore, OAuthState, StoredCredentials,
 };
-use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::{ServerConfig, Transport};
 use crate::error::McpError;
 use crate::oauth_guard::{GuardHandle, GuardSettings, GuardedOAuthClient};
-
-/// `"oauth"` of an HTTP server: how Tether identifies itself to the authorization server.
-/// Everything is optional; with nothing set Tether registers itself dynamically.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct OAuthSettings {
-    /// A client id registered with the authorization server beforehand.
-    pub client_id: Option<String>,
-    /// Its secret, for confidential clients (use `${VAR}`).
-    pub client_secret: Option<String>,
-    /// Scopes to ask for instead of the ones the server advertises.
-    #[serde(default)]
-    pub scopes: Vec<String>,
-    /// An HTTPS URL of a client ID metadata document describing Tether.
-    pub client_metadata_url: Option<String>,
-    /// Let discovery reach an authorization server on a private network although the MCP
-    /// server is not on one (see [`crate::oauth_guard`]).
-    #[serde(default)]
-    pub allow_private_addresses: bool,
-    /// Let discovered OAuth URLs be plain http away from loopback.
-    #[serde(default)]
-    pub allow_insecure_http: bool,
-}
-
-impl OAuthSettings {
-    /// The network guard's relaxations.
-    pub fn guard(&self) -> GuardSettings {
-        GuardSettings {
-            allow_private_addresses: self.allow_private_addresses,
-            allow_insecure_http: self.allow_insecure_http,
-        }
-    }
-}
 
 /// An authorization manager whose every request goes through Tether's OAuth network guard,
 /// and a handle on what the guard refused.
@@ -297,8 +263,7 @@ impl BrowserStep for HeadlessBrowser {
         authorization_url: &'a str,
     ) -> futures::future::BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
-            crate::connection::install_tls_provider();
-            let client = reqwest::Client::builder()
+            let client = crate::http_client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .timeout(Duration::from_secs(30))
                 .build()
@@ -389,7 +354,7 @@ pub async fn sign_in(
 ) -> Result<(Authorization, Grant), McpError> {
     let url = server_url(config)?;
     let name = &config.name;
-    crate::connection::install_tls_provider();
+    crate::http_client::install_tls_provider();
     let (manager, guard) = guarded_manager(name, url, config.oauth.guard())
         .await
         .map_err(|e| McpError::Auth(format!("server \"{name}\": OAuth setup failed: {e}")))?;

@@ -93,7 +93,7 @@ pub struct ServerConfig {
     /// (skips the discovery round trip, and its 10 s wait on legacy servers that ignore it).
     pub protocol_version: Option<String>,
     /// `"oauth"`: how to identify Tether to the server's authorization server.
-    pub oauth: crate::auth::OAuthSettings,
+    pub oauth: OAuthSettings,
     /// `"alwaysLoad"`: its tools are sent on every request, whatever the tool-selection mode.
     pub always_load: bool,
     /// `"trustHints"`: its tools' `readOnlyHint` may let them run under `--approve never`.
@@ -160,7 +160,7 @@ impl ServerConfig {
             disabled_tools: Vec::new(),
             sampling: SamplingPolicy::Ask,
             protocol_version: None,
-            oauth: crate::auth::OAuthSettings::default(),
+            oauth: OAuthSettings::default(),
             always_load: false,
             trust_hints: false,
         }
@@ -630,9 +630,9 @@ fn build_server(
             version => version,
         },
         oauth: match raw.oauth {
-            None => crate::auth::OAuthSettings::default(),
+            None => OAuthSettings::default(),
             Some(value) => {
-                let mut settings: crate::auth::OAuthSettings = serde_json::from_value(value)
+                let mut settings: OAuthSettings = serde_json::from_value(value)
                     .map_err(|e| format!("oauth: {e}; expected {{\"clientId\", \"clientSecret\", \"scopes\", \"clientMetadataUrl\", \"allowPrivateAddresses\", \"allowInsecureHttp\"}}"))?;
                 settings.client_secret = settings
                     .client_secret
@@ -837,6 +837,39 @@ fn sanitize_name(name: &str) -> String {
         .collect::<String>()
         .trim_matches('-')
         .to_string()
+}
+
+/// `"oauth"` of an HTTP server: how Tether identifies itself to the authorization server.
+/// Everything is optional; with nothing set Tether registers itself dynamically.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OAuthSettings {
+    /// A client id registered with the authorization server beforehand.
+    pub client_id: Option<String>,
+    /// Its secret, for confidential clients (use `${VAR}`).
+    pub client_secret: Option<String>,
+    /// Scopes to ask for instead of the ones the server advertises.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// An HTTPS URL of a client ID metadata document describing Tether.
+    pub client_metadata_url: Option<String>,
+    /// Let discovery reach an authorization server on a private network although the MCP
+    /// server is not on one (see [`crate::oauth_guard`]).
+    #[serde(default)]
+    pub allow_private_addresses: bool,
+    /// Let discovered OAuth URLs be plain http away from loopback.
+    #[serde(default)]
+    pub allow_insecure_http: bool,
+}
+
+impl OAuthSettings {
+    /// The network guard's relaxations.
+    pub fn guard(&self) -> crate::oauth_guard::GuardSettings {
+        crate::oauth_guard::GuardSettings {
+            allow_private_addresses: self.allow_private_addresses,
+            allow_insecure_http: self.allow_insecure_http,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -167,7 +167,7 @@ impl ServerConnection {
         config: &ServerConfig,
         host: Arc<dyn HostHandler>,
     ) -> Result<ServerConnection, McpError> {
-        install_tls_provider();
+        crate::http_client::install_tls_provider();
         if !matches!(config.transport, Transport::Http { .. }) {
             return ServerConnection::connect_authorized(config, host, None).await;
         }
@@ -309,7 +309,7 @@ fn http_client() -> reqwest::Client {
             attempt.follow()
         }
     });
-    reqwest::Client::builder()
+    crate::http_client::builder()
         .pool_max_idle_per_host(0)
         .redirect(policy)
         .build()
@@ -468,7 +468,7 @@ async fn open_session(
             }
         }
         Transport::Http { url, headers } => {
-            install_tls_provider();
+            crate::http_client::install_tls_provider();
             let mut header_map = HashMap::new();
             for (key, value) in headers {
                 let bad = |what: &str| McpError::Config {
@@ -1617,13 +1617,6 @@ fn auth_challenge(error: &(dyn std::error::Error + 'static)) -> Option<String> {
         current = error.source();
     }
     None
-}
-
-/// rustls needs one process-wide crypto provider; the first HTTP connection installs ring
-/// (public for the binary's other HTTPS clients, such as the OTLP exporter).
-pub fn install_tls_provider() {
-    // Fails only when a provider is already installed, which is what we want anyway.
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// An error with its sources, on one line.

@@ -135,10 +135,10 @@ impl Forwarding {
 }
 
 /// The `_meta` key of a 2026-07-28 request's client capabilities.
-pub(crate) const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 
 /// The `_meta` key of a 2026-07-28 request's log level.
-pub(crate) const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
 
 impl InputRound {
     /// The answers as rmcp's request parameters carry them (`None` when absent or not an

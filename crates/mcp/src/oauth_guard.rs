@@ -311,7 +311,7 @@ impl GuardedOAuthClient {
             refusals: Mutex::new(Vec::new()),
         });
         let build = |redirect: reqwest::redirect::Policy| {
-            reqwest::Client::builder()
+            crate::http_client::builder()
                 .timeout(REQUEST_TIMEOUT)
                 .redirect(redirect)
                 .dns_resolver(Arc::new(GuardedResolver(policy.clone())))

@@ -96,7 +96,7 @@ impl SseTransport {
         headers: &HashMap<String, String>,
         timeout: Duration,
     ) -> Result<SseTransport, SseError> {
-        let client = reqwest::Client::builder()
+        let client = crate::http_client::builder()
             .connect_timeout(timeout)
             .build()
             .map_err(|e| SseError::Http(e.to_string()))?;

@@ -315,7 +315,7 @@ impl Agent {
             }
         }
         if servers.is_empty() {
-            let mut builtin = crate::commands::builtin_server(self.config.timeout)
+            let mut builtin = crate::engine::builtin_server(self.config.timeout)
                 .map_err(|f| invalid(f.message.unwrap_or_default()))?;
             // Its files are the session's: it reads under the editor's project.
             if let Transport::Stdio { cwd: dir, .. } = &mut builtin.transport {

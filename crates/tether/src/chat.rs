@@ -82,7 +82,7 @@ pub async fn chat(
         _ => return Err(Failure::partial("the session ended as it started")),
     };
     let current = Arc::new(Mutex::new(CancellationToken::new()));
-    crate::run::watch_ctrl_c(current.clone());
+    crate::engine::watch_ctrl_c(current.clone());
     let mut chat = Chat {
         model,
         system_prompt: engine.options.system_prompt.clone(),

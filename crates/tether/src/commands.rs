@@ -84,17 +84,24 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
             let servers = with_builtin(servers, timeout)?;
             let host = host();
             let ops_from_stdin = input == Some(crate::InputFormat::Jsonl);
-            crate::run::run(
-                servers,
-                settings,
-                model,
-                question,
-                json,
-                ops_from_stdin,
-                host,
-                source,
-            )
-            .await
+            if json {
+                let (args, question) = (model, question);
+                return crate::json_run::run(
+                    servers,
+                    settings,
+                    args,
+                    question,
+                    host,
+                    ops_from_stdin,
+                )
+                .await;
+            }
+            if ops_from_stdin {
+                return Err(Failure::usage(
+                    "--input jsonl reads ops for the JSON event stream; add --json",
+                ));
+            }
+            crate::run::run(servers, settings, model, question, host, source).await
         }
         Command::Chat { model, resume } => {
             let servers = with_builtin(servers, timeout)?;
@@ -124,7 +131,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
         Command::BuiltinServer => {
             let root = std::env::current_dir()
                 .map_err(|e| Failure::usage(format!("cannot read the working directory: {e}")))?;
-            tether_mcp::builtin::BuiltinServer::new(root)
+            tether_serve::builtin::BuiltinServer::new(root)
                 .serve_stdio()
                 .await
                 .map_err(Failure::partial)
@@ -184,7 +191,7 @@ async fn tester_command(
     json: bool,
 ) -> Result<(), Failure> {
     if let Some(server) = tester_server(&command) {
-        single_failure(registry, server)?;
+        crate::tester::single_failure(registry, server)?;
     }
     match command {
         Command::Tools {
@@ -238,7 +245,7 @@ async fn tester_command(
                     ));
                 }
             };
-            single_failure(registry, &server)?;
+            crate::tester::single_failure(registry, &server)?;
             let values = registry
                 .connection(&server)?
                 .complete(target, &argument, &value, &context)
@@ -343,7 +350,7 @@ async fn batch_command(
                 .message
                 .map(|m| format!("{place}: {m}"))
                 .unwrap_or_else(|| format!("{place}: failed"));
-            print_error(&message, Some(failure.code));
+            crate::render::print_error(&message, Some(failure.code));
             first_failure.get_or_insert(failure.code);
             if strict {
                 break;
@@ -467,30 +474,9 @@ fn with_builtin(
     timeout: Option<Duration>,
 ) -> Result<Vec<ServerConfig>, Failure> {
     if servers.is_empty() {
-        servers.push(builtin_server(timeout)?);
+        servers.push(crate::engine::builtin_server(timeout)?);
     }
     Ok(servers)
-}
-
-/// The built-in tools server, under `--timeout` when given.
-pub(crate) fn builtin_server(timeout: Option<Duration>) -> Result<ServerConfig, Failure> {
-    let exe = std::env::current_exe().map_err(|e| {
-        Failure::usage(format!(
-            "cannot find the tether binary to start the built-in tools: {e}"
-        ))
-    })?;
-    let mut builtin = ServerConfig::stdio(
-        "builtin",
-        exe.display().to_string(),
-        vec!["builtin-server".into()],
-    );
-    // Our own server: its read-only hints are ours, not a stranger's claims.
-    builtin.trust_hints = true;
-    if let Some(limit) = timeout {
-        builtin.timeout = limit;
-        builtin.startup_timeout = limit;
-    }
-    Ok(builtin)
 }
 
 /// The built-in server, for a tester command run where no servers are configured; `say` tells
@@ -527,44 +513,4 @@ async fn start(
         Some(name) => Ok(ServerRegistry::start_one(servers, name, host.clone()).await?),
         None => Ok(ServerRegistry::start(servers.to_vec(), host.clone()).await),
     }
-}
-
-/// Fails with exit code 2 after the output if any server could not be used.
-/// Whether errors are written as JSON (`--json`), set once at start.
-pub(crate) static JSON_ERRORS: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-/// Writes one error to stderr: `error: …`, or under `--json` one JSON object per line,
-/// `{"error": {"message": …}}` (with `"exitCode"` on the last one), so a script reading
-/// stderr never has to parse prose.
-pub(crate) fn print_error(message: &str, exit_code: Option<u8>) {
-    if JSON_ERRORS.load(std::sync::atomic::Ordering::Relaxed) {
-        let mut error = json!({ "message": message });
-        if let Some(code) = exit_code {
-            error["exitCode"] = json!(code);
-        }
-        safe_eprintln!("{}", json!({ "error": error }));
-    } else {
-        // Errors quote servers (their messages, URLs, last stderr lines).
-        safe_eprintln!("error: {}", crate::render::terminal_safe(message));
-    }
-}
-
-pub(crate) fn partial_failure(errors: Vec<String>) -> Result<(), Failure> {
-    if errors.is_empty() {
-        return Ok(());
-    }
-    let count = errors.len();
-    for error in &errors[..count - 1] {
-        print_error(error, None);
-    }
-    Err(Failure::partial(errors[count - 1].clone()))
-}
-
-/// For a single-server command: the failure of that server, if it failed to start.
-pub(crate) fn single_failure(registry: &ServerRegistry, server: &str) -> Result<(), Failure> {
-    registry
-        .connection(server)
-        .map(|_| ())
-        .map_err(Failure::from)
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
-use tether_mcp::auth::{self, HeadlessBrowser, OAuthSettings, TokenStore};
+use tether_mcp::auth::{self, HeadlessBrowser, TokenStore};
+use tether_mcp::config::OAuthSettings;
 use tether_mcp::{
     ElicitationAnswer, ElicitationRequest, HostHandler, McpError, Root, ServerConfig,
     ServerConnection, ServerNotice,

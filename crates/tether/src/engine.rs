@@ -5,7 +5,8 @@
 //! own way (a line on stderr, a JSON record, a message in the editor).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tether_agent::{
@@ -17,12 +18,12 @@ use tether_llm::Provider;
 use tether_mcp::{Root, SamplingPolicy, ServerConfig, ServerRegistry};
 use tether_protocol::chat::Message;
 use tokio::sync::RwLock;
+use tokio_util::sync::CancellationToken;
 
 use tether_agent::Settings;
 
 use crate::Failure;
 use crate::models::{ModelArgs, Setup, build_provider, setup};
-use crate::run::pin_tools;
 
 /// What a front end asks of the start.
 pub(crate) struct EngineStart<'a> {
@@ -104,7 +105,7 @@ pub(crate) async fn start_run(
         content: vec![tether_agent::InputBlock::Text { text: question }],
     });
     let interrupt = tokio_util::sync::CancellationToken::new();
-    crate::run::watch_ctrl_c(Arc::new(std::sync::Mutex::new(interrupt.clone())));
+    watch_ctrl_c(Arc::new(std::sync::Mutex::new(interrupt.clone())));
     tokio::spawn(async move {
         interrupt.cancelled().await;
         let _ = ops.send(tether_agent::Op::Interrupt);
@@ -221,5 +222,98 @@ impl ModelSource for ConfiguredModels {
                 .map(Arc::from)
                 .map_err(|failure| failure.message.unwrap_or_else(|| "failed".into()))
         })
+    }
+}
+
+/// The built-in tools server, under `--timeout` when given.
+pub(crate) fn builtin_server(timeout: Option<Duration>) -> Result<ServerConfig, Failure> {
+    let exe = std::env::current_exe().map_err(|e| {
+        Failure::usage(format!(
+            "cannot find the tether binary to start the built-in tools: {e}"
+        ))
+    })?;
+    let mut builtin = ServerConfig::stdio(
+        "builtin",
+        exe.display().to_string(),
+        vec!["builtin-server".into()],
+    );
+    // Our own server: its read-only hints are ours, not a stranger's claims.
+    builtin.trust_hints = true;
+    if let Some(limit) = timeout {
+        builtin.timeout = limit;
+        builtin.startup_timeout = limit;
+    }
+    Ok(builtin)
+}
+
+/// Checks every server's tools against the pin file (pinning the ones seen for the first
+/// time) and turns pinning on for the rest of the run; returns the lines to show.
+pub(crate) fn pin_tools(catalog: &ToolCatalog, registry: &ServerRegistry) -> Vec<String> {
+    let Some(path) = crate::session::pins_path() else {
+        return vec![
+            "no data dir for tool pins (set TETHER_DATA_DIR); tools are not pinned".into(),
+        ];
+    };
+    match tether_catalog::PinBook::load(&path) {
+        Ok(book) => catalog
+            .pin(registry, book)
+            .iter()
+            .flat_map(tether_catalog::PinReport::lines)
+            .collect(),
+        Err(error) => vec![format!("{error}; tools are not pinned in this run")],
+    }
+}
+
+/// Cancels the current turn on Ctrl-C.
+///
+/// The handler is installed before this returns, not when a spawned task first runs: chat's
+/// line editor saves the SIGINT action when a read starts and puts it back when the read ends,
+/// so a handler that came in between would be replaced by the default one, and the next Ctrl-C
+/// during a tool call would kill Tether instead of cancelling the turn.
+pub(crate) fn watch_ctrl_c(current: Arc<Mutex<CancellationToken>>) {
+    let cancel = move || {
+        if let Ok(token) = current.lock() {
+            token.cancel();
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut interrupts) = signal(SignalKind::interrupt()) {
+            tokio::spawn(async move {
+                while interrupts.recv().await.is_some() {
+                    cancel();
+                }
+            });
+            return;
+        }
+    }
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            cancel();
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Ctrl-C that comes right after the watch starts, before any task has run, must cancel
+    /// the turn; with the default action still in place it would kill this test process.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn ctrl_c_is_caught_from_the_moment_the_watch_starts() {
+        let token = CancellationToken::new();
+        watch_ctrl_c(Arc::new(Mutex::new(token.clone())));
+        // No await between the two: on this single-threaded runtime no spawned task has run.
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &std::process::id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        tokio::time::timeout(std::time::Duration::from_secs(30), token.cancelled())
+            .await
+            .expect("the interrupt should cancel the current turn");
     }
 }

@@ -464,7 +464,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging(cli.global.verbose);
-    commands::JSON_ERRORS.store(cli.global.json, std::sync::atomic::Ordering::Relaxed);
+    render::JSON_ERRORS.store(cli.global.json, std::sync::atomic::Ordering::Relaxed);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -506,7 +506,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             if let Some(message) = failure.message {
-                commands::print_error(&message, Some(failure.code));
+                render::print_error(&message, Some(failure.code));
             }
             ExitCode::from(failure.code)
         }

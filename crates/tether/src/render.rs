@@ -570,6 +570,26 @@ pub fn progress_line(
     }
 }
 
+/// Whether errors are written as JSON (`--json`), set once at start.
+pub(crate) static JSON_ERRORS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Writes one error to stderr: `error: …`, or under `--json` one JSON object per line,
+/// `{"error": {"message": …}}` (with `"exitCode"` on the last one), so a script reading
+/// stderr never has to parse prose.
+pub(crate) fn print_error(message: &str, exit_code: Option<u8>) {
+    if JSON_ERRORS.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut error = serde_json::json!({ "message": message });
+        if let Some(code) = exit_code {
+            error["exitCode"] = serde_json::json!(code);
+        }
+        safe_eprintln!("{}", serde_json::json!({ "error": error }));
+    } else {
+        // Errors quote servers (their messages, URLs, last stderr lines).
+        safe_eprintln!("error: {}", terminal_safe(message));
+    }
+}
+
 #[cfg(test)]
 mod terminal_safe_tests {
     use super::terminal_safe;

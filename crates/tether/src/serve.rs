@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use tether_catalog::SelectionMode;
 use tether_gateway::{Gateway, GatewayOptions};
-use tether_mcp::{HttpOptions, JwtSettings, MCP_PATH, ServeMetrics, ServerConfig, StaticToken};
+use tether_mcp::ServerConfig;
+use tether_serve::{HttpOptions, JwtSettings, MCP_PATH, ServeMetrics, StaticToken};
 use tokio_util::sync::CancellationToken;
 
 use tether_agent::Settings;
@@ -111,7 +112,7 @@ pub async fn serve(
         safe_eprintln!("tether serve: {failure}");
     }
     let outcome = match http {
-        None => tether_mcp::serve_stdio(gateway.session())
+        None => tether_serve::serve_stdio(gateway.session())
             .await
             .map_err(Failure::partial),
         Some((addr, mut options)) => {
@@ -124,7 +125,7 @@ pub async fn serve(
             let shutdown = CancellationToken::new();
             tokio::spawn(stop_on_signal(shutdown.clone()));
             let sessions = gateway.clone();
-            tether_mcp::serve_http(listener, move || sessions.session(), options, shutdown)
+            tether_serve::serve_http(listener, move || sessions.session(), options, shutdown)
                 .await
                 .map_err(Failure::partial)
         }
@@ -192,11 +193,11 @@ fn http_options(addr: SocketAddr, args: &ServeArgs) -> Result<HttpOptions, Failu
         None => std::env::var("TETHER_SESSION_KEY").ok(),
     };
     if let Some(key) = &session_key
-        && key.len() < tether_mcp::sealed_sessions::MIN_SECRET_LEN
+        && key.len() < tether_serve::sealed_sessions::MIN_SECRET_LEN
     {
         return Err(Failure::usage(format!(
             "the session key (--session-key-file or TETHER_SESSION_KEY) must be at least {} characters; make one with `openssl rand -base64 32`",
-            tether_mcp::sealed_sessions::MIN_SECRET_LEN
+            tether_serve::sealed_sessions::MIN_SECRET_LEN
         )));
     }
     Ok(HttpOptions {

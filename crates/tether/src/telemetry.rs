@@ -62,9 +62,8 @@ pub fn install() -> Option<SdkTracerProvider> {
             "tether serve: OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported; traces are sent as http/json"
         );
     }
-    tether_mcp::connection::install_tls_provider();
     let client = OtlpHttp {
-        client: reqwest::Client::builder()
+        client: tether_mcp::http_client::builder()
             .timeout(std::time::Duration::from_secs(10))
             .build()
             .ok()?,

@@ -11,7 +11,6 @@ use tether_mcp::{HostHandler, McpError, ServerConfig, ServerRegistry, ServerStat
 use tether_agent::Settings;
 
 use crate::Failure;
-use crate::commands::{partial_failure, single_failure};
 use crate::render;
 
 pub(crate) async fn servers_command(
@@ -483,4 +482,24 @@ pub(crate) async fn pins_command(
             Ok(())
         }
     }
+}
+
+/// Fails with exit code 2 after the output if any server could not be used.
+pub(crate) fn partial_failure(errors: Vec<String>) -> Result<(), Failure> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let count = errors.len();
+    for error in &errors[..count - 1] {
+        crate::render::print_error(error, None);
+    }
+    Err(Failure::partial(errors[count - 1].clone()))
+}
+
+/// For a single-server command: the failure of that server, if it failed to start.
+pub(crate) fn single_failure(registry: &ServerRegistry, server: &str) -> Result<(), Failure> {
+    registry
+        .connection(server)
+        .map(|_| ())
+        .map_err(Failure::from)
 }

@@ -2,7 +2,7 @@
 //! is either one of the static tokens (each with an optional tool allow-list) or a JWT signed by
 //! a key from the configured JWKS URL, checked for issuer, audience, expiry and not-before; a
 //! JWT's allow-list comes from one of its claims. The outcome is a [`Principal`] that travels
-//! with the request to the served service (see [`Caller::principal`](crate::Caller::principal)).
+//! with the request to the served service (see [`Caller::principal`](crate::serve::Caller::principal)).
 //! Signatures are checked with `ring`, which the TLS stack already brings.
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use ring::signature::{self, RsaPublicKeyComponents, UnparsedPublicKey};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use crate::config::glob_match;
+use tether_mcp::config::glob_match;
 
 /// Clock skew tolerated on `exp` and `nbf`.
 const LEEWAY_SECS: u64 = 60;
@@ -209,8 +209,7 @@ struct JwtVerifier {
 
 impl JwtVerifier {
     fn new(settings: JwtSettings) -> JwtVerifier {
-        crate::connection::install_tls_provider();
-        let client = reqwest::Client::builder()
+        let client = tether_mcp::http_client::builder()
             .timeout(JWKS_TIMEOUT)
             // A redirect could lead anywhere; the configured URL is the one trusted.
             .redirect(reqwest::redirect::Policy::none())

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use tether_protocol::{ContentBlock, Tool, ToolResult};
 
-use crate::client::{ElicitationAnswer, ElicitationRequest};
 use crate::serve::{Caller, McpService, ServeError, ServiceInfo, serve_stdio};
+use tether_mcp::client::{ElicitationAnswer, ElicitationRequest};
 
 /// Largest file `read_file` returns, in bytes.
 const MAX_FILE_BYTES: u64 = 100_000;

@@ -29,9 +29,9 @@ use tether_protocol::{Prompt, PromptResult, Resource, ResourceContents, Resource
 use tokio::sync::broadcast;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
-use crate::client::{ElicitationAnswer, ElicitationRequest, Progress};
-use crate::connection::Completion;
-use crate::input_rounds::{Forwarding, InputRequired, InputRound};
+use tether_mcp::client::{ElicitationAnswer, ElicitationRequest, Progress};
+use tether_mcp::connection::Completion;
+use tether_mcp::input_rounds::{Forwarding, InputRequired, InputRound};
 
 /// What a served server announces about itself.
 #[derive(Debug, Clone, Default)]
@@ -308,12 +308,12 @@ impl Caller {
             client_capabilities: self
                 .context
                 .meta
-                .get(crate::input_rounds::CLIENT_CAPABILITIES)
+                .get(tether_mcp::input_rounds::CLIENT_CAPABILITIES)
                 .cloned(),
             log_level: self
                 .context
                 .meta
-                .get(crate::input_rounds::LOG_LEVEL)
+                .get(tether_mcp::input_rounds::LOG_LEVEL)
                 .and_then(Value::as_str)
                 .map(str::to_string),
             // Inside a task the questions go through the task, as for any service.
