@@ -60,6 +60,13 @@ pub struct HttpOptions {
     /// Requests one client (a token's principal, else a peer address) may have in flight;
     /// more are refused with 429 and a JSON-RPC error.
     pub max_in_flight_per_client: usize,
+    /// 2025-11-25 sessions open at once, all clients together; a new one beyond is refused
+    /// with 503.
+    pub max_sessions: usize,
+    /// 2025-11-25 sessions one client may have open; a new one beyond is refused with 429.
+    pub max_sessions_per_client: usize,
+    /// How long a session may go unused before it is closed (and its memory freed).
+    pub session_idle: Duration,
     /// How long requests in flight may take to finish once shutdown begins.
     pub drain_timeout: Duration,
     /// Metrics the endpoint and the service behind it record (`/metrics`).
@@ -84,6 +91,9 @@ impl Default for HttpOptions {
             max_body_bytes: 4 * 1024 * 1024,
             session_key: None,
             max_in_flight_per_client: 64,
+            max_sessions: 10_000,
+            max_sessions_per_client: 1_000,
+            session_idle: Duration::from_secs(300),
             drain_timeout: Duration::from_secs(30),
             metrics: ServeMetrics::new(),
             readiness: None,
@@ -173,7 +183,9 @@ where
     config = config.enforce_origin_validation();
     let sessions = Arc::new(SealedSessions::new(options.session_key.as_deref())?);
     config.session_store = Some(sessions.clone());
-    let manager = Arc::new(LocalSessionManager::default());
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(options.session_idle);
+    let manager = Arc::new(manager);
     let mcp = StreamableHttpService::new(
         move || Ok(ServedService::new(factory())),
         manager.clone(),
@@ -187,6 +199,10 @@ where
         metrics: options.metrics.clone(),
         readiness: options.readiness.clone(),
         limit: options.max_in_flight_per_client.max(1),
+        max_sessions: options.max_sessions.max(1),
+        max_sessions_per_client: options.max_sessions_per_client.max(1),
+        session_idle: options.session_idle,
+        sessions_by_client: Mutex::default(),
         clients: Mutex::default(),
         in_flight,
         draining: AtomicBool::new(false),
@@ -272,6 +288,15 @@ struct Edge {
     readiness: Option<Arc<dyn Readiness>>,
     /// Requests each client may have in flight.
     limit: usize,
+    /// Sessions open at once, all clients together.
+    max_sessions: usize,
+    /// Sessions each client may have open.
+    max_sessions_per_client: usize,
+    /// How long a session may go unused (said in a refusal).
+    session_idle: Duration,
+    /// rmcp's ids of the sessions each client opened here; ids rmcp no longer has are dropped
+    /// when the client opens another.
+    sessions_by_client: Mutex<HashMap<String, std::collections::HashSet<String>>>,
     /// Each client's in-flight permits, by principal name or peer address.
     clients: Mutex<HashMap<String, Arc<Semaphore>>>,
     /// Requests in flight, watched by the drain.
@@ -286,6 +311,60 @@ struct Edge {
 }
 
 impl Edge {
+    /// Lets the session rmcp just opened for `client` (`local`, its own id) stay, or closes it
+    /// and returns the refusal: 429 past the client's cap, 503 past the total. Counted after
+    /// the fact because only rmcp knows whether a POST opened a session.
+    async fn admit_session(&self, client: &str, local: &str) -> Option<Response<Body>> {
+        let (total, mine) = {
+            let open = self.manager.sessions.read().await;
+            let mut by_client = self.sessions_by_client.lock().ok()?;
+            let mine = by_client.entry(client.to_string()).or_default();
+            mine.retain(|id| open.contains_key(id.as_str()));
+            (open.len(), mine.len())
+        };
+        let idle = self.session_idle.as_secs();
+        let refusal = if mine >= self.max_sessions_per_client {
+            Some((
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "client \"{client}\" has {mine} sessions open, the most one client may have (--max-sessions-per-client); end one with DELETE, or wait: a session unused for {idle} s is closed"
+                ),
+            ))
+        } else if total > self.max_sessions {
+            Some((
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the gateway has {} sessions open, its most (--max-sessions); try again later: a session unused for {idle} s is closed",
+                    total - 1
+                ),
+            ))
+        } else {
+            None
+        };
+        let Some((status, message)) = refusal else {
+            if let Ok(mut by_client) = self.sessions_by_client.lock() {
+                by_client
+                    .entry(client.to_string())
+                    .or_default()
+                    .insert(local.to_string());
+            }
+            self.metrics.sessions_open(total);
+            return None;
+        };
+        let id: rmcp::transport::streamable_http_server::session::SessionId = local.into();
+        let _ = self.manager.close_session(&id).await;
+        let _ = self.sessions.take_fresh(local);
+        tracing::warn!(client, "{message}");
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": -32000, "message": message}});
+        let mut response = plain(status, &body.to_string());
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        Some(response)
+    }
+
     /// 403 for a request whose `Host` is not one of ours or whose `Origin` is foreign: a page a
     /// DNS-rebinding attack points at this port must not read `/metrics` (server and tool names,
     /// clients) any more than call a tool, token or not.
@@ -499,6 +578,8 @@ where
             if let Some(readiness) = &edge.readiness {
                 readiness.observe(&edge.metrics);
             }
+            edge.metrics
+                .sessions_open(edge.manager.sessions.read().await.len());
             let mut response = plain(StatusCode::OK, &edge.metrics.render());
             response.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
@@ -529,6 +610,14 @@ where
             }
             edge.open_session_id(&mut request).await;
             let ends_session = request.method() == hyper::Method::DELETE;
+            let opens_session = request.method() == hyper::Method::POST
+                && !request.headers().contains_key(SESSION_HEADER);
+            let declared_json = request
+                .headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split(';').next())
+                .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
             let mut response = match mcp.call(request).await {
                 Ok(response) => response,
                 Err(never) => match never {},
@@ -538,6 +627,23 @@ where
             // ended either way, so 200 says so.
             if ends_session && response.status() == StatusCode::ACCEPTED {
                 *response.status_mut() = StatusCode::OK;
+            }
+            // rmcp answers a JSON body it cannot read as a message 415, as if the media type
+            // were wrong; JSON-RPC's answer is a parse error (or an invalid request), in HTTP 400.
+            if declared_json && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+                response = unreadable_message(response).await;
+            }
+            let opened = response
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .filter(|_| opens_session)
+                .map(str::to_string);
+            if let Some(local) = opened
+                && let Some(refusal) = edge.admit_session(&client, &local).await
+            {
+                edge.metrics.http_request(refusal.status().as_u16());
+                return refusal;
             }
             edge.seal_session_id(&mut response);
             edge.metrics.http_request(response.status().as_u16());
@@ -554,6 +660,52 @@ where
             &format!("no such path \"{other}\"; the MCP endpoint is {MCP_PATH}"),
         ),
     }
+}
+
+/// The JSON-RPC error for a POST body rmcp could not read as a message (its 415 names why):
+/// -32600 when it was JSON of the wrong shape, -32700 when it was not JSON.
+async fn unreadable_message(response: Response<Body>) -> Response<Body> {
+    use http_body_util::BodyExt;
+    let why = match response.into_body().collect().await {
+        Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+        Err(never) => match never {},
+    };
+    let why = why
+        .strip_prefix("fail to deserialize request body ")
+        .unwrap_or(&why)
+        .to_string();
+    // serde_json's syntax errors (what a parser says of text that is not JSON); anything else
+    // rmcp says is about the shape of JSON it did read.
+    const SYNTAX: [&str; 15] = [
+        "EOF while parsing",
+        "expected `",
+        "expected value",
+        "expected ident",
+        "invalid escape",
+        "invalid number",
+        "number out of range",
+        "invalid unicode code point",
+        "control character",
+        "key must be a string",
+        "lone leading surrogate",
+        "trailing comma",
+        "trailing characters",
+        "unexpected end of hex escape",
+        "recursion limit exceeded",
+    ];
+    let (code, what) = if SYNTAX.iter().any(|p| why.starts_with(p)) {
+        (-32700, "Parse error: the body is not JSON")
+    } else {
+        (-32600, "Invalid Request: not a JSON-RPC message")
+    };
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
+        "error": {"code": code, "message": format!("{what} ({why})")}});
+    let mut response = plain(StatusCode::BAD_REQUEST, &body.to_string());
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn plain(status: StatusCode, text: &str) -> Response<Body> {

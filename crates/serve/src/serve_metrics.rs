@@ -41,6 +41,7 @@ pub struct ServeMetrics {
     http_requests: IntCounterVec,
     throttled: IntCounterVec,
     in_flight: IntGauge,
+    sessions: IntGauge,
     tool_calls: IntCounterVec,
     tool_seconds: HistogramVec,
     upstream_up: IntGaugeVec,
@@ -80,6 +81,11 @@ impl ServeMetrics {
             "MCP requests being answered now.",
         )
         .expect("a fixed, valid metric family");
+        let sessions = IntGauge::new(
+            "tether_http_sessions_open",
+            "2025-11-25 sessions open on this replica.",
+        )
+        .expect("a fixed, valid metric family");
         let tool_calls = IntCounterVec::new(
             Opts::new(
                 "tether_tool_calls_total",
@@ -112,6 +118,7 @@ impl ServeMetrics {
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(throttled.clone()),
             Box::new(in_flight.clone()),
+            Box::new(sessions.clone()),
             Box::new(tool_calls.clone()),
             Box::new(tool_seconds.clone()),
             Box::new(upstream_up.clone()),
@@ -125,6 +132,7 @@ impl ServeMetrics {
             http_requests,
             throttled,
             in_flight,
+            sessions,
             tool_calls,
             tool_seconds,
             upstream_up,
@@ -141,6 +149,11 @@ impl ServeMetrics {
     /// Counts a request refused for too many in flight from `client`.
     pub fn throttled(&self, client: &str) {
         self.throttled.with_label_values(&[client]).inc();
+    }
+
+    /// Sets the number of sessions open.
+    pub fn sessions_open(&self, open: usize) {
+        self.sessions.set(i64::try_from(open).unwrap_or(i64::MAX));
     }
 
     /// The gauge of requests in flight.

@@ -27,12 +27,14 @@ use crate::chat_input::{Catalog, ChatHelper, Input, Line, expand_prompt, history
 use crate::engine::{Engine, start_in_terminal};
 use crate::host::{PromptPrinter, TerminalHost};
 use crate::models::ModelArgs;
-use crate::session::{self, Loaded, Record, SessionLog};
+use crate::session::{self, Record, SessionLog};
 use crate::sessions::{session_line, show_transcript, turns};
 use crate::slash::{
     SlashCommand, help_text, prompts_text, resources_text, servers_text, tools_text, usage_text,
 };
 use crate::terminal_view::{EventView, Style};
+
+mod history;
 
 /// The running chat: its engine session, what it mirrors of the session's state for the
 /// commands that show it, and the session file.
@@ -289,6 +291,7 @@ impl Chat {
         }
         self.replace_conversation(loaded.messages.clone(), Logged::Already)
             .await?;
+
         safe_eprintln!(
             "resumed session {} ({}{})",
             loaded.id,
@@ -301,6 +304,20 @@ impl Chat {
         );
         self.usage = loaded.usage;
         self.log = Some(Arc::new(Mutex::new(log)));
+        // The servers this session added with `/add` come back with it (its file has them).
+        let running: Vec<String> = {
+            let registry = self.engine.registry.read().await;
+            registry
+                .entries()
+                .iter()
+                .map(|e| e.name().to_string())
+                .collect()
+        };
+        for (name, spec) in &loaded.servers {
+            if !running.contains(name) {
+                self.add_server(spec, false).await;
+            }
+        }
         Ok(())
     }
 
@@ -477,6 +494,7 @@ impl Chat {
             }
         };
         spinner.stop();
+        view.finish_bars();
         view.flush_markdown();
         let Some((reason, text, usage)) = ended else {
             safe_eprintln!("\nerror: the session ended during the turn");
@@ -538,11 +556,16 @@ impl Chat {
             SlashCommand::Servers => {
                 safe_print!("{}", servers_text(&*self.engine.registry.read().await))
             }
-            SlashCommand::Add => self.add_server(rest).await,
+            SlashCommand::Add => self.add_server(rest, true).await,
             SlashCommand::Remove => {
                 let outcome = self.engine.registry.write().await.remove(rest).await;
                 match outcome {
-                    Ok(()) => safe_println!("  {rest}: stopped; its tools are gone"),
+                    Ok(()) => {
+                        safe_println!("  {rest}: stopped; its tools are gone");
+                        self.save(Record::ServerRemoved {
+                            name: rest.to_string(),
+                        });
+                    }
                     Err(error) => safe_eprintln!("error: {error}"),
                 }
                 self.refresh_tools().await;
@@ -663,8 +686,9 @@ impl Chat {
         Ok(Step::Continue)
     }
 
-    /// `/add`: starts another server beside the others, between turns.
-    async fn add_server(&mut self, spec: &str) {
+    /// `/add`: starts another server beside the others, between turns; `record` saves it in
+    /// the session file, for `--resume`.
+    async fn add_server(&mut self, spec: &str, record: bool) {
         if spec.is_empty() {
             safe_eprintln!("usage: /add [NAME=]COMMAND [ARGS…] or /add [NAME=]https://URL");
             return;
@@ -685,79 +709,27 @@ impl Chat {
         let host: Arc<dyn HostHandler> = self.engine.host.clone();
         match config {
             Err(error) => safe_eprintln!("error: {error}"),
-            Ok(config) => match registry.add(config, host).await {
-                Ok(connection) => safe_println!("  {}: connected", connection.name()),
-                Err(error) => safe_eprintln!("error: {error}"),
-            },
+            Ok(config) => {
+                let name = config.name.clone();
+                match registry.add(config, host).await {
+                    Ok(connection) => {
+                        safe_println!("  {}: connected", connection.name());
+                        // Named, so a resumed chat starts the same server under the same name.
+                        let command = spec.split_once('=').filter(|(n, _)| *n == name);
+                        let spec = match command {
+                            Some(_) => spec.to_string(),
+                            None => format!("{name}={spec}"),
+                        };
+                        if record {
+                            self.save(Record::ServerAdded { name, spec });
+                        }
+                    }
+                    Err(error) => safe_eprintln!("error: {error}"),
+                }
+            }
         }
         drop(registry);
         self.refresh_tools().await;
-    }
-
-    /// `/result [N]`: the whole Nth-last tool result.
-    fn show_result(&self, rest: &str) -> Result<(), String> {
-        let n: usize = if rest.is_empty() {
-            1
-        } else {
-            rest.parse()
-                .map_err(|_| format!("/result {rest}: give a number, 1 for the last"))?
-        };
-        let found = self
-            .conversation
-            .iter()
-            .rev()
-            .filter_map(|m| match m {
-                Message::Tool { name, content, .. } => Some((name, content)),
-                _ => None,
-            })
-            .nth(n.saturating_sub(1));
-        match found {
-            Some((name, content)) => {
-                safe_println!("{name}:\n{content}");
-                Ok(())
-            }
-            None => Err("no such tool result in this conversation".into()),
-        }
-    }
-
-    /// `/export FILE.md|FILE.json`.
-    fn export(&self, rest: &str) -> Result<(), String> {
-        let path = std::path::Path::new(rest);
-        if rest.is_empty() {
-            return Err("/export FILE.md or FILE.json".into());
-        }
-        // The name says the format; any other name would get Markdown it did not ask for.
-        let json = match path.extension().and_then(|e| e.to_str()) {
-            Some("json") => true,
-            Some("md" | "markdown") => false,
-            _ => {
-                return Err(format!(
-                    "/export {rest}: name a .md file (Markdown) or a .json file (the session's messages)"
-                ));
-            }
-        };
-        // The session file holds what the export needs (start time, finished turns, name);
-        // it is written line by line, so it is up to date. The conversation mirrored here is
-        // what the model sees now (after /clear or /compact).
-        let saved = self
-            .log
-            .as_ref()
-            .and_then(|l| l.lock().ok().map(|l| l.path().to_path_buf()))
-            .and_then(|path| session::load(&path).ok());
-        let loaded = Loaded {
-            model: self.model.clone(),
-            messages: self.conversation.clone(),
-            usage: self.usage,
-            ..saved.unwrap_or_default()
-        };
-        let text = if json {
-            serde_json::to_string_pretty(&session::to_json(&loaded)).map_err(|e| e.to_string())?
-        } else {
-            session::to_markdown(&loaded)
-        };
-        std::fs::write(path, text).map_err(|e| format!("/export {rest}: {e}"))?;
-        safe_println!("wrote {}", path.display());
-        Ok(())
     }
 }
 

@@ -21,9 +21,47 @@ pub(crate) static TERMINAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_n
 /// prompt below them), so a server log arriving at an idle prompt does not print over it.
 pub type PromptPrinter = Box<dyn rustyline::ExternalPrinter + Send>;
 
-/// Prints `prompt` on stderr and reads one line; `None` at end of input.
+/// A server's lines that came while a prompt had the terminal, printed once it is answered.
+static HELD_LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Prints a line on stderr now, or, while a prompt waits for its answer, once it is answered:
+/// a server's log line must not land inside a question.
+pub(crate) fn print_or_hold(line: String) {
+    if TERMINAL.try_lock().is_ok() {
+        safe_eprintln!("{line}");
+        return;
+    }
+    if let Ok(mut held) = HELD_LINES.lock() {
+        held.push(line);
+    }
+    // The prompt may have been answered since the first look: its lines are printed here then.
+    if TERMINAL.try_lock().is_ok() {
+        print_held();
+    }
+}
+
+fn print_held() {
+    let lines = HELD_LINES
+        .lock()
+        .map(|mut held| std::mem::take(&mut *held))
+        .unwrap_or_default();
+    for line in lines {
+        safe_eprintln!("{line}");
+    }
+}
+
+/// Prints `prompt` on stderr and reads one line; `None` at end of input. A server's lines that
+/// come meanwhile are printed after the answer.
 pub async fn ask(prompt: String) -> Option<String> {
-    let _turn = TERMINAL.lock().await;
+    let turn = TERMINAL.lock().await;
+    let answer = read_answer(prompt).await;
+    print_held();
+    drop(turn);
+    print_held();
+    answer
+}
+
+async fn read_answer(prompt: String) -> Option<String> {
     tokio::task::spawn_blocking(move || {
         let mut stderr = std::io::stderr();
         // Prompts quote servers (elicitation messages, sampling requests, tool arguments).
@@ -69,7 +107,7 @@ impl TerminalHost {
         let Some(line) = event.notice_line() else {
             return;
         };
-        safe_eprintln!("{line}");
+        print_or_hold(line);
     }
 }
 

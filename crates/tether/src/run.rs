@@ -59,6 +59,7 @@ pub async fn run(
             _ => view.show(event),
         }
     }
+    view.finish_bars();
     view.flush_markdown();
     engine.shut_down().await;
     match ended {

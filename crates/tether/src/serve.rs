@@ -65,6 +65,17 @@ pub struct ServeArgs {
     /// more are refused with 429.
     #[arg(long, value_name = "N", default_value_t = 64, requires = "http")]
     pub max_in_flight: usize,
+    /// With --http: 2025-11-25 sessions open at once, all clients together; more are refused
+    /// with 503.
+    #[arg(long, value_name = "N", default_value_t = 10_000, requires = "http")]
+    pub max_sessions: usize,
+    /// With --http: 2025-11-25 sessions one client (a token, else an address) may have open;
+    /// more are refused with 429.
+    #[arg(long, value_name = "N", default_value_t = 1_000, requires = "http")]
+    pub max_sessions_per_client: usize,
+    /// With --http: seconds a 2025-11-25 session may go unused before it is closed.
+    #[arg(long, value_name = "SECS", default_value_t = 300, requires = "http")]
+    pub session_idle_timeout: u64,
     /// With --http: seconds that requests in flight may take to finish after SIGTERM.
     #[arg(long, value_name = "SECS", default_value_t = 30, requires = "http")]
     pub drain_timeout: u64,
@@ -205,6 +216,9 @@ fn http_options(addr: SocketAddr, args: &ServeArgs) -> Result<HttpOptions, Failu
         jwt,
         session_key,
         max_in_flight_per_client: args.max_in_flight,
+        max_sessions: args.max_sessions.max(1),
+        max_sessions_per_client: args.max_sessions_per_client.max(1),
+        session_idle: std::time::Duration::from_secs(args.session_idle_timeout.max(1)),
         drain_timeout: std::time::Duration::from_secs(args.drain_timeout),
         allowed_hosts: args.allow_host.clone(),
         allowed_origins: args.allow_origin.clone(),

@@ -51,6 +51,18 @@ pub enum Record {
         /// The name.
         name: String,
     },
+    /// `/add` started a server (`--resume` starts it again).
+    ServerAdded {
+        /// Its name.
+        name: String,
+        /// What `/add` was given, with the name: `NAME=COMMAND ARGS…` or `NAME=URL`.
+        spec: String,
+    },
+    /// `/remove` stopped a server.
+    ServerRemoved {
+        /// Its name.
+        name: String,
+    },
 }
 
 /// Tether's data dir: `$TETHER_DATA_DIR`, else `tether` in the user's data dir.
@@ -170,6 +182,8 @@ pub struct Loaded {
     pub usage: Usage,
     /// The name given with `/save`.
     pub name: Option<String>,
+    /// Servers added with `/add` and not removed since, as `(name, spec)`.
+    pub servers: Vec<(String, String)>,
 }
 
 impl Loaded {
@@ -222,6 +236,11 @@ pub fn load(path: &Path) -> std::io::Result<Loaded> {
                 open_turn = false;
             }
             Record::Name { name } => loaded.name = Some(name),
+            Record::ServerAdded { name, spec } => {
+                loaded.servers.retain(|(n, _)| *n != name);
+                loaded.servers.push((name, spec));
+            }
+            Record::ServerRemoved { name } => loaded.servers.retain(|(n, _)| *n != name),
         }
     }
     loaded.interrupted = open_turn;

@@ -117,6 +117,14 @@ impl EventView {
         }
     }
 
+    /// Clears the bars of calls that never finished (a turn stopped during them), so what is
+    /// printed next starts on a clean line.
+    pub(crate) fn finish_bars(&mut self) {
+        for (_, mut bar) in self.bars.drain() {
+            bar.finish();
+        }
+    }
+
     /// Prints the rest of a Markdown answer held back for its line to end.
     pub(crate) fn flush_markdown(&mut self) {
         if let Some(md) = &mut self.markdown {

@@ -10,9 +10,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use test_support::everything_stdio;
 use test_support::model::{Gate, Reply, ScriptedModel, Wire};
 use test_support::terminal::Terminal;
+use test_support::{everything_stdio, time_stdio};
 
 /// Terminal tests run one at a time: each drives a tmux session, a chat and a server, and ten
 /// at once on two cores slowed the chat enough for keystrokes to race its prompt.
@@ -925,8 +925,9 @@ fn servers_added_and_removed_in_a_running_chat() {
         ],
     );
     let input = format!(
-        "/add {}\nadd 2 and 3\n/remove everything\n/tools everything\nand now?\n",
-        everything_stdio()
+        "/add {}\n/add clock={}\nadd 2 and 3\n/remove everything\n/tools everything\nand now?\n",
+        everything_stdio(),
+        time_stdio()
     );
     child
         .stdin
@@ -957,4 +958,91 @@ fn servers_added_and_removed_in_a_running_chat() {
         "{:?}",
         requests[2].offered_tools()
     );
+
+    // A resumed chat starts again the servers its session added and did not remove.
+    let mut child = spawn_in(
+        &dir,
+        &[
+            "chat",
+            "--resume",
+            "--model",
+            "openai:scripted",
+            "--base-url",
+            &model.base_url(),
+        ],
+    );
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"/servers\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("  clock: connected ("),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stdout.contains("everything:"), "{stdout}");
+}
+
+/// The tester asks on the terminal too (a server's form during `tether call`); a server's log
+/// lines wait while the question is on screen and come after the answer.
+#[test]
+fn a_testers_question_is_not_interrupted_by_the_servers_log_lines() {
+    let _one_at_a_time = one_at_a_time();
+    let dir = workdir("tester-question");
+    let ticks = dir.join("ticks");
+    let config = dir.join("tether.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"mcpServers": {"asker": {
+            "command": "python3",
+            "args": [test_support::fixture("misbehaving_server.py"), "asks-input"],
+            "env": {"LOG_EVERY": "0.2", "TICK_LOG": &ticks},
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let command = format!(
+        "cd {} && {} --config {} call asker boom",
+        dir.display(),
+        env!("CARGO_BIN_EXE_tether"),
+        config.display()
+    );
+    let terminal = start(&dir, &command);
+    terminal.wait_for("Which colour?");
+    terminal.wait_for("then Enter: ");
+    let sent = || {
+        std::fs::read_to_string(&ticks)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let asked_at = sent();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sent() < asked_at + 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server stopped ticking"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let screen = terminal.screen();
+    let last = screen
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    assert!(
+        last.trim_end().ends_with("then Enter:"),
+        "a log line landed in the question:\n{screen}"
+    );
+    terminal.type_text("n");
+    terminal.press(&["Enter"]);
+    terminal.wait_for("the user chose decline");
+    terminal.wait_for(&format!("tick {}", asked_at + 3));
+    terminal.wait_for("[exit 0]");
 }

@@ -88,3 +88,163 @@ fn running_out_of_file_descriptors_backs_off_instead_of_spinning() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// POSTs `body` as JSON to the gateway's MCP endpoint; returns the status and the body.
+fn post_raw(url: &str, body: &str) -> (u16, String) {
+    let address = url.trim_start_matches("http://").split('/').next().unwrap();
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A body that is not JSON is a JSON-RPC parse error (-32700) and JSON that is not a
+/// JSON-RPC message an invalid request (-32600), each in HTTP 400 with the reason: not 415,
+/// which tells a client its Content-Type was wrong when it was right.
+#[test]
+fn unreadable_bodies_get_json_rpc_errors_not_415() {
+    let tether = env!("CARGO_BIN_EXE_tether");
+    let mut command = Command::new(tether);
+    command.args(["serve", "--http", "127.0.0.1:0"]);
+    let (mut child, url) = test_support::spawn_http_gateway(&mut command);
+    for (body, code) in [
+        (r#"{"jsonrpc": "2.0", "id": 1, "method":"#, -32700),
+        ("[1, 2, 3]", -32600),
+    ] {
+        let (status, answer) = post_raw(&url, body);
+        assert_eq!(status, 400, "{body}: {answer}");
+        let answer: serde_json::Value = serde_json::from_str(&answer)
+            .unwrap_or_else(|e| panic!("{body}: not JSON ({e}): {answer}"));
+        assert_eq!(answer["error"]["code"], code, "{body}: {answer}");
+        assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// One raw HTTP request to the MCP endpoint: the status, the session id it set, and the body.
+fn exchange(
+    url: &str,
+    method: &str,
+    session: Option<&str>,
+    body: &str,
+) -> (u16, Option<String>, String) {
+    let address = url.trim_start_matches("http://").split('/').next().unwrap();
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let session = session
+        .map(|id| format!("Mcp-Session-Id: {id}\r\nMCP-Protocol-Version: 2025-11-25\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "{method} /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let mut buffer = [0u8; 4096];
+    // The head and the first event are enough; an SSE answer may stay open.
+    while let Ok(n) = stream.read(&mut buffer) {
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&buffer[..n]);
+        let text = String::from_utf8_lossy(&response);
+        if text.contains("\"jsonrpc\"")
+            || (text.contains("\r\n\r\n") && !text.contains("event-stream"))
+        {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let session = text.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("mcp-session-id")
+            .then(|| value.trim().to_string())
+    });
+    (status, session, text)
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"probe","version":"1"}}}"#;
+
+/// A client that opens session after session is stopped at its cap (429, in words), the
+/// gateway at its total (503), an ended session makes room, `/metrics` counts the open ones,
+/// and a flood of 2,000 attempts leaves the gateway's memory bounded.
+#[test]
+fn a_session_flood_stops_at_the_caps_and_memory_stays_bounded() {
+    let tether = env!("CARGO_BIN_EXE_tether");
+    let mut command = Command::new(tether);
+    command.args([
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--max-sessions-per-client",
+        "3",
+    ]);
+    let (mut child, url) = test_support::spawn_http_gateway(&mut command);
+    let mut sessions = Vec::new();
+    for _ in 0..3 {
+        let (status, session, text) = exchange(&url, "POST", None, INITIALIZE);
+        assert_eq!(status, 200, "{text}");
+        sessions.push(session.expect("a session id"));
+    }
+    let (status, _, text) = exchange(&url, "POST", None, INITIALIZE);
+    assert_eq!(status, 429, "{text}");
+    assert!(
+        text.contains("has 3 sessions open") && text.contains("--max-sessions-per-client"),
+        "{text}"
+    );
+    let metrics = {
+        let address = url.trim_start_matches("http://").split('/').next().unwrap();
+        let mut stream = TcpStream::connect(address).unwrap();
+        write!(
+            stream,
+            "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    };
+    assert!(metrics.contains("tether_http_sessions_open 3"), "{metrics}");
+    let (status, _, text) = exchange(&url, "DELETE", Some(&sessions[0]), "");
+    assert_eq!(status, 200, "{text}");
+    let (status, _, text) = exchange(&url, "POST", None, INITIALIZE);
+    assert_eq!(status, 200, "an ended session makes room: {text}");
+    // The flood: every attempt past the cap is refused, and refused sessions are not kept.
+    for _ in 0..2_000 {
+        let (status, _, text) = exchange(&url, "POST", None, INITIALIZE);
+        assert_eq!(status, 429, "{text}");
+    }
+    let peak = test_support::peak_rss_kib(child.id()).unwrap_or(0);
+    assert!(peak < 200 * 1024, "peak RSS {peak} KiB after the flood");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let mut command = Command::new(tether);
+    command.args(["serve", "--http", "127.0.0.1:0", "--max-sessions", "2"]);
+    let (mut child, url) = test_support::spawn_http_gateway(&mut command);
+    for _ in 0..2 {
+        assert_eq!(exchange(&url, "POST", None, INITIALIZE).0, 200);
+    }
+    let (status, _, text) = exchange(&url, "POST", None, INITIALIZE);
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("--max-sessions"), "{text}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
