@@ -865,31 +865,8 @@ fn server_logs_never_print_over_the_prompt_or_a_question() {
     terminal.type_text("boom please");
     terminal.press(&["Enter"]);
     terminal.wait_for("then Enter: ");
-    let sent = || {
-        std::fs::read_to_string(&ticks)
-            .ok()
-            .and_then(|t| t.trim().parse::<u32>().ok())
-            .unwrap_or(0)
-    };
-    let asked_at = sent();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while sent() < asked_at + 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server stopped ticking"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let screen = terminal.screen();
-    let last = screen
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("");
-    assert!(
-        last.trim_end().ends_with("then Enter:"),
-        "the question is interrupted:\n{screen}"
-    );
+    let asked_at = ticks_after(&ticks, 2);
+    assert_question_is_last(&terminal);
     terminal.type_text("y");
     terminal.press(&["Enter"]);
     terminal.wait_for("Done.");
@@ -988,6 +965,41 @@ fn servers_added_and_removed_in_a_running_chat() {
     assert!(!stdout.contains("everything:"), "{stdout}");
 }
 
+/// The fixture's tick count when called, once the server (which writes its last tick's number
+/// to `ticks`) has sent `more` ticks beyond it.
+fn ticks_after(ticks: &Path, more: u32) -> u32 {
+    let sent = || {
+        std::fs::read_to_string(ticks)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let asked_at = sent();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while sent() < asked_at + more {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server stopped ticking"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    asked_at
+}
+
+/// The question on screen is still the last line: no log line landed in it.
+fn assert_question_is_last(terminal: &Terminal) {
+    let screen = terminal.screen();
+    let last = screen
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    assert!(
+        last.trim_end().ends_with("then Enter:"),
+        "a log line landed in the question:\n{screen}"
+    );
+}
+
 /// The tester asks on the terminal too (a server's form during `tether call`); a server's log
 /// lines wait while the question is on screen and come after the answer.
 #[test]
@@ -1015,31 +1027,8 @@ fn a_testers_question_is_not_interrupted_by_the_servers_log_lines() {
     let terminal = start(&dir, &command);
     terminal.wait_for("Which colour?");
     terminal.wait_for("then Enter: ");
-    let sent = || {
-        std::fs::read_to_string(&ticks)
-            .ok()
-            .and_then(|t| t.trim().parse::<u32>().ok())
-            .unwrap_or(0)
-    };
-    let asked_at = sent();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while sent() < asked_at + 3 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the server stopped ticking"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let screen = terminal.screen();
-    let last = screen
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("");
-    assert!(
-        last.trim_end().ends_with("then Enter:"),
-        "a log line landed in the question:\n{screen}"
-    );
+    let asked_at = ticks_after(&ticks, 3);
+    assert_question_is_last(&terminal);
     terminal.type_text("n");
     terminal.press(&["Enter"]);
     terminal.wait_for("the user chose decline");
