@@ -1,7 +1,8 @@
 //! 2025-11-25 sessions that any replica can serve, with no sticky sessions and no shared store.
 //! The `Mcp-Session-Id` a client gets is the session's `initialize` parameters (protocol
-//! version, client capabilities and identity) sealed with ChaCha20-Poly1305 under a key the
-//! replicas share. A replica that has the session serves it from memory; one that does not
+//! version, client capabilities and identity), the principal that opened it and when, sealed
+//! with ChaCha20-Poly1305 under a key the replicas share. Only that principal may use or end
+//! the session, and no replica restores it after [`SESSION_MAX_AGE`]. A replica that has the session serves it from memory; one that does not
 //! opens the id and lets rmcp restore the session from it (rmcp replays the handshake against
 //! a fresh service), so a client whose requests land on another replica, or whose replica
 //! died, carries on. A forged or foreign id fails to open and is an unknown session (404).
@@ -24,15 +25,50 @@ use serde_json::{Value, json};
 /// The header that carries the session id.
 pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 
+/// How long after it was opened a session may be restored from its sealed id (on any replica):
+/// a DELETE is known only to the replica that took it, so an ended id must run out somewhere.
+pub const SESSION_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// What a sealed id holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Opened {
+    /// rmcp's id of the session on the replica that opened it.
+    pub local: String,
+    /// The session's `initialize` parameters.
+    pub params: Value,
+    /// The principal that opened it (`None` on an endpoint without authentication).
+    pub principal: Option<String>,
+    /// When it was opened, in seconds since the Unix epoch.
+    pub issued: u64,
+}
+
+impl Opened {
+    /// Whether `principal` (the request's) may use this session.
+    pub fn belongs_to(&self, principal: Option<&str>) -> bool {
+        self.principal.as_deref() == principal
+    }
+
+    /// Whether it was opened longer ago than [`SESSION_MAX_AGE`].
+    pub fn expired(&self) -> bool {
+        now_secs().saturating_sub(self.issued) > SESSION_MAX_AGE.as_secs()
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// Shortest secret accepted for `--session-key`.
 pub const MIN_SECRET_LEN: usize = 16;
 
 /// Seals and opens session ids; rmcp's session store for cross-replica restores.
 pub struct SealedSessions {
     key: LessSafeKey,
-    /// rmcp's id of each session created here → its sealed id, until the `initialize`
-    /// response carrying it has been rewritten.
-    fresh: Mutex<HashMap<String, String>>,
+    /// rmcp's id of each session created here → its `initialize` parameters, until the
+    /// edge seals them with the principal into the id of the `initialize` response.
+    fresh: Mutex<HashMap<String, Value>>,
     /// Sessions a client ended with DELETE here, by rmcp's id, so their sealed ids are not
     /// restored again (404, as the spec asks). Other replicas cannot know without a shared
     /// store: there a DELETEd id still opens, the price of keeping none.
@@ -79,11 +115,19 @@ impl SealedSessions {
         })
     }
 
-    /// The sealed id for rmcp's session `local` with these `initialize` parameters.
-    fn seal(&self, local: &str, params: &Value) -> Option<String> {
+    /// The sealed id for rmcp's session `local` with these `initialize` parameters, opened by
+    /// `principal` at `issued`.
+    fn seal(
+        &self,
+        local: &str,
+        params: &Value,
+        principal: Option<&str>,
+        issued: u64,
+    ) -> Option<String> {
         let mut nonce = [0u8; NONCE_LEN];
         SystemRandom::new().fill(&mut nonce).ok()?;
-        let mut data = serde_json::to_vec(&json!({"v": 1, "id": local, "init": params})).ok()?;
+        let sealed = json!({"v": 2, "id": local, "init": params, "p": principal, "t": issued});
+        let mut data = serde_json::to_vec(&sealed).ok()?;
         self.key
             .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::empty(), &mut data)
             .ok()?;
@@ -92,9 +136,9 @@ impl SealedSessions {
         Some(URL_SAFE_NO_PAD.encode(out))
     }
 
-    /// rmcp's id and the `initialize` parameters inside a sealed id, or `None` when it was
-    /// not sealed with this key (forged, foreign, or one of rmcp's own ids).
-    pub fn open(&self, sealed: &str) -> Option<(String, Value)> {
+    /// What a sealed id holds, or `None` when it was not sealed with this key (forged,
+    /// foreign, or one of rmcp's own ids).
+    pub fn open(&self, sealed: &str) -> Option<Opened> {
         let bytes = URL_SAFE_NO_PAD.decode(sealed).ok()?;
         if bytes.len() < NONCE_LEN {
             return None;
@@ -108,12 +152,26 @@ impl SealedSessions {
             .ok()?;
         let mut value: Value = serde_json::from_slice(plain).ok()?;
         let local = value.get("id")?.as_str()?.to_string();
-        Some((local, value.get_mut("init")?.take()))
+        Some(Opened {
+            local,
+            principal: value.get("p").and_then(Value::as_str).map(str::to_string),
+            issued: value.get("t").and_then(Value::as_u64).unwrap_or(0),
+            params: value.get_mut("init")?.take(),
+        })
     }
 
-    /// The sealed id for rmcp's new session `local`, once (its `initialize` response).
-    pub(crate) fn take_fresh(&self, local: &str) -> Option<String> {
-        self.fresh.lock().ok()?.remove(local)
+    /// The sealed id for rmcp's new session `local`, opened by `principal` now, once (for its
+    /// `initialize` response).
+    pub(crate) fn seal_fresh(&self, local: &str, principal: Option<&str>) -> Option<String> {
+        let params = self.fresh.lock().ok()?.remove(local)?;
+        self.seal(local, &params, principal, now_secs())
+    }
+
+    /// Forgets rmcp's new session `local` unsealed (it was refused).
+    pub(crate) fn drop_fresh(&self, local: &str) {
+        if let Ok(mut fresh) = self.fresh.lock() {
+            fresh.remove(local);
+        }
     }
 
     /// Remembers that the client ended session `local` (rmcp's id), so it is not restored.
@@ -136,22 +194,22 @@ impl SealedSessions {
 #[async_trait::async_trait]
 impl SessionStore for SealedSessions {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        let Some((local, params)) = self.open(session_id) else {
+        // Whose it is was checked at the edge; here only what any replica can tell.
+        let Some(opened) = self.open(session_id) else {
             return Ok(None);
         };
-        if self.has_ended(&local) {
+        if self.has_ended(&opened.local) || opened.expired() {
             return Ok(None);
         }
-        Ok(serde_json::from_value(params).ok().map(SessionState::new))
+        Ok(serde_json::from_value(opened.params)
+            .ok()
+            .map(SessionState::new))
     }
 
     async fn store(&self, session_id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let params = serde_json::to_value(&state.initialize_params)?;
-        let sealed = self
-            .seal(session_id, &params)
-            .ok_or("cannot seal the session id")?;
         if let Ok(mut fresh) = self.fresh.lock() {
-            fresh.insert(session_id.to_string(), sealed);
+            fresh.insert(session_id.to_string(), params);
         }
         Ok(())
     }
@@ -178,7 +236,7 @@ mod tests {
         let here = SealedSessions::new(Some("a shared secret of some length")).unwrap();
         let state: SessionState = SessionState::new(serde_json::from_value(params()).unwrap());
         here.store("local-2", &state).await.unwrap();
-        let sealed = here.take_fresh("local-2").unwrap();
+        let sealed = here.seal_fresh("local-2", None).unwrap();
         assert!(here.load(&sealed).await.unwrap().is_some());
         here.end("local-2");
         assert!(here.load(&sealed).await.unwrap().is_none());
@@ -190,16 +248,19 @@ mod tests {
         let there = SealedSessions::new(Some("a shared secret of some length")).unwrap();
         let state: SessionState = SessionState::new(serde_json::from_value(params()).unwrap());
         here.store("local-1", &state).await.unwrap();
-        let sealed = here.take_fresh("local-1").unwrap();
-        assert!(here.take_fresh("local-1").is_none());
+        let sealed = here.seal_fresh("local-1", Some("alice")).unwrap();
+        assert!(here.seal_fresh("local-1", Some("alice")).is_none());
         assert!(
             sealed
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         );
-        let (local, init) = there.open(&sealed).unwrap();
-        assert_eq!(local, "local-1");
-        assert_eq!(init["capabilities"]["sampling"], json!({}));
+        let opened = there.open(&sealed).unwrap();
+        assert_eq!(opened.local, "local-1");
+        assert_eq!(opened.params["capabilities"]["sampling"], json!({}));
+        assert!(opened.belongs_to(Some("alice")));
+        assert!(!opened.belongs_to(Some("bob")) && !opened.belongs_to(None));
+        assert!(!opened.expired());
         let restored = there.load(&sealed).await.unwrap().unwrap();
         assert_eq!(
             serde_json::to_value(restored.initialize_params).unwrap()["clientInfo"]["name"],
@@ -213,7 +274,7 @@ mod tests {
         let elsewhere = SealedSessions::new(Some("another secret, another team")).unwrap();
         let state: SessionState = SessionState::new(serde_json::from_value(params()).unwrap());
         here.store("local-1", &state).await.unwrap();
-        let sealed = here.take_fresh("local-1").unwrap();
+        let sealed = here.seal_fresh("local-1", None).unwrap();
         assert!(elsewhere.load(&sealed).await.unwrap().is_none());
         let mut bytes = URL_SAFE_NO_PAD.decode(&sealed).unwrap();
         let last = bytes.len() - 1;
@@ -226,5 +287,15 @@ mod tests {
                 .unwrap_err()
                 .contains("at least 16")
         );
+    }
+
+    #[tokio::test]
+    async fn an_id_older_than_the_max_age_is_not_restored() {
+        let here = SealedSessions::new(Some("a shared secret of some length")).unwrap();
+        let old = now_secs() - SESSION_MAX_AGE.as_secs() - 60;
+        let sealed = here.seal("local-3", &params(), None, old).unwrap();
+        let opened = here.open(&sealed).unwrap();
+        assert!(opened.expired());
+        assert!(here.load(&sealed).await.unwrap().is_none());
     }
 }

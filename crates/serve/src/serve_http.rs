@@ -353,7 +353,7 @@ impl Edge {
         };
         let id: rmcp::transport::streamable_http_server::session::SessionId = local.into();
         let _ = self.manager.close_session(&id).await;
-        let _ = self.sessions.take_fresh(local);
+        self.sessions.drop_fresh(local);
         tracing::warn!(client, "{message}");
         let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
             "error": {"code": -32000, "message": message}});
@@ -478,18 +478,39 @@ impl Edge {
 
     /// A sealed session id this replica holds becomes rmcp's own id for it; any other id
     /// passes unchanged (rmcp restores a sealed one it does not hold, and refuses the rest).
-    /// A DELETE ends the session here for good.
-    async fn open_session_id(&self, request: &mut Request<Incoming>) {
+    /// A DELETE ends the session here for good. A session opened by another principal, or
+    /// longer ago than `SESSION_MAX_AGE`, is refused as unknown (404), whoever holds it.
+    async fn open_session_id(
+        &self,
+        request: &mut Request<Incoming>,
+        principal: Option<&str>,
+    ) -> Result<(), Response<Body>> {
         let Some(sealed) = request
             .headers()
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
         else {
-            return;
+            return Ok(());
         };
-        let Some((local, _)) = self.sessions.open(sealed) else {
-            return;
+        let Some(opened) = self.sessions.open(sealed) else {
+            return Ok(());
         };
+        if !opened.belongs_to(principal) || opened.expired() {
+            let why = if opened.expired() {
+                "it was opened more than 24 hours ago"
+            } else {
+                "it belongs to another client"
+            };
+            let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32001,
+                "message": format!("session not found: {why}; open a new one with initialize")}});
+            let mut response = plain(StatusCode::NOT_FOUND, &body.to_string());
+            response.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            return Err(response);
+        }
+        let local = opened.local;
         if request.method() == hyper::Method::DELETE {
             self.sessions.end(&local);
         }
@@ -500,10 +521,12 @@ impl Edge {
         {
             request.headers_mut().insert(SESSION_HEADER, value);
         }
+        Ok(())
     }
 
-    /// rmcp's id of a session it just created becomes the sealed id the client keeps.
-    fn seal_session_id(&self, response: &mut Response<Body>) {
+    /// rmcp's id of a session it just created for `principal` becomes the sealed id the
+    /// client keeps.
+    fn seal_session_id(&self, response: &mut Response<Body>, principal: Option<&str>) {
         let Some(local) = response
             .headers()
             .get(SESSION_HEADER)
@@ -511,7 +534,7 @@ impl Edge {
         else {
             return;
         };
-        if let Some(sealed) = self.sessions.take_fresh(local)
+        if let Some(sealed) = self.sessions.seal_fresh(local, principal)
             && let Ok(value) = hyper::header::HeaderValue::from_str(&sealed)
         {
             response.headers_mut().insert(SESSION_HEADER, value);
@@ -605,10 +628,15 @@ where
                 edge.metrics.http_request(429);
                 return too_many(&client, edge.limit);
             };
+            // Sessions belong to the principal that opened them (none without authentication).
+            let owner = principal.as_ref().map(|p| p.name.clone());
             if let Some(principal) = principal {
                 request.extensions_mut().insert::<Principal>(principal);
             }
-            edge.open_session_id(&mut request).await;
+            if let Err(refusal) = edge.open_session_id(&mut request, owner.as_deref()).await {
+                edge.metrics.http_request(refusal.status().as_u16());
+                return refusal;
+            }
             let ends_session = request.method() == hyper::Method::DELETE;
             let opens_session = request.method() == hyper::Method::POST
                 && !request.headers().contains_key(SESSION_HEADER);
@@ -645,7 +673,7 @@ where
                 edge.metrics.http_request(refusal.status().as_u16());
                 return refusal;
             }
-            edge.seal_session_id(&mut response);
+            edge.seal_session_id(&mut response, owner.as_deref());
             edge.metrics.http_request(response.status().as_u16());
             response.map(|inner| {
                 Tracked {

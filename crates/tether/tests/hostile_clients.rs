@@ -142,14 +142,28 @@ fn exchange(
     session: Option<&str>,
     body: &str,
 ) -> (u16, Option<String>, String) {
+    exchange_as(url, None, method, session, body)
+}
+
+/// [`exchange`] with a bearer token.
+fn exchange_as(
+    url: &str,
+    token: Option<&str>,
+    method: &str,
+    session: Option<&str>,
+    body: &str,
+) -> (u16, Option<String>, String) {
     let address = url.trim_start_matches("http://").split('/').next().unwrap();
     let mut stream = TcpStream::connect(address).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let session = session
+    let mut session = session
         .map(|id| format!("Mcp-Session-Id: {id}\r\nMCP-Protocol-Version: 2025-11-25\r\n"))
         .unwrap_or_default();
+    if let Some(token) = token {
+        session.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
     let request = format!(
         "{method} /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -245,6 +259,38 @@ fn a_session_flood_stops_at_the_caps_and_memory_stays_bounded() {
     let (status, _, text) = exchange(&url, "POST", None, INITIALIZE);
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("--max-sessions"), "{text}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A session belongs to the token that opened it: another token can neither use it nor end it
+/// (404, as for an unknown session), and the owner's session goes on.
+#[test]
+fn a_session_belongs_to_the_token_that_opened_it() {
+    let tether = env!("CARGO_BIN_EXE_tether");
+    let mut command = Command::new(tether);
+    command.args(["serve", "--http", "127.0.0.1:0"]).env(
+        "TETHER_SERVE_TOKENS",
+        "alice-token-0123456789, bob-token-0123456789",
+    );
+    let (mut child, url) = test_support::spawn_http_gateway(&mut command);
+    let alice = Some("alice-token-0123456789");
+    let bob = Some("bob-token-0123456789");
+    let (status, session, text) = exchange_as(&url, alice, "POST", None, INITIALIZE);
+    assert_eq!(status, 200, "{text}");
+    let session = session.expect("a session id");
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let (status, _, text) = exchange_as(&url, alice, "POST", Some(&session), initialized);
+    assert_eq!(status, 202, "{text}");
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#;
+    let (status, _, text) = exchange_as(&url, bob, "POST", Some(&session), list);
+    assert_eq!(status, 404, "another token's session: {text}");
+    assert!(text.contains("belongs to another client"), "{text}");
+    let (status, _, text) = exchange_as(&url, bob, "DELETE", Some(&session), "");
+    assert_eq!(status, 404, "another token cannot end it: {text}");
+    let (status, _, text) = exchange_as(&url, alice, "POST", Some(&session), list);
+    assert_eq!(status, 200, "the owner's session goes on: {text}");
+    assert!(text.contains("\"tools\""), "{text}");
     let _ = child.kill();
     let _ = child.wait();
 }
