@@ -203,8 +203,14 @@ pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
 struct JwtVerifier {
     settings: JwtSettings,
     client: reqwest::Client,
-    /// The last key set fetched and when; `None` before the first fetch.
-    keys: Mutex<Option<(Instant, Arc<Vec<Value>>)>>,
+    /// The last key set fetched and when; `None` before the first fetch. Held only to read or
+    /// replace it, never across a fetch, so a token with a made-up key id never holds up one
+    /// whose key is known.
+    keys: std::sync::Mutex<Option<(Instant, Arc<Vec<Value>>)>>,
+    /// When the last fetch began, failed or not: the 30 s between fetches counts from there.
+    attempted: std::sync::Mutex<Option<Instant>>,
+    /// Held while a fetch runs, so tokens with unknown ids wait for one fetch, not start many.
+    fetching: Mutex<()>,
 }
 
 impl JwtVerifier {
@@ -218,7 +224,9 @@ impl JwtVerifier {
         JwtVerifier {
             settings,
             client,
-            keys: Mutex::new(None),
+            keys: std::sync::Mutex::new(None),
+            attempted: std::sync::Mutex::new(None),
+            fetching: Mutex::new(()),
         }
     }
 
@@ -280,28 +288,50 @@ impl JwtVerifier {
                 kid.map_or_else(|| format!("for {alg}"), |k| format!("\"{k}\""))
             ))
         };
-        let mut cached = self.keys.lock().await;
-        let stale = cached
-            .as_ref()
-            .is_none_or(|(at, _)| at.elapsed() >= JWKS_REFETCH);
-        if let Some((_, keys)) = cached.as_ref()
-            && let Some(key) = pick_key(keys, alg, kid)
-        {
+        if let Some(key) = self.cached_key(alg, kid) {
             return Ok(key);
         }
-        if !stale {
+        // One fetch at a time; whoever waited for it looks again before fetching.
+        let _fetching = self.fetching.lock().await;
+        if let Some(key) = self.cached_key(alg, kid) {
+            return Ok(key);
+        }
+        // A key set fetched (or a fetch tried) within the window is the answer until it ends.
+        let fetched = self
+            .keys
+            .lock()
+            .ok()
+            .and_then(|k| k.as_ref().map(|(at, _)| *at));
+        let tried = self.attempted.lock().ok().and_then(|a| *a);
+        let recent = fetched
+            .into_iter()
+            .chain(tried)
+            .any(|at| at.elapsed() < JWKS_REFETCH);
+        if recent {
             return Err(missing());
         }
+        if let Ok(mut attempted) = self.attempted.lock() {
+            *attempted = Some(Instant::now());
+        }
         let keys = Arc::new(self.fetch().await?);
-        *cached = Some((Instant::now(), keys.clone()));
+        if let Ok(mut cached) = self.keys.lock() {
+            *cached = Some((Instant::now(), keys.clone()));
+        }
         pick_key(&keys, alg, kid).ok_or_else(missing)
+    }
+
+    /// The key for `alg` and `kid` in the cached key set, if it has one.
+    fn cached_key(&self, alg: &str, kid: Option<&str>) -> Option<Value> {
+        let cached = self.keys.lock().ok()?;
+        let (_, keys) = cached.as_ref()?;
+        pick_key(keys, alg, kid)
     }
 
     async fn fetch(&self) -> Result<Vec<Value>, Refusal> {
         let url = &self.settings.jwks_url;
         let unavailable =
             |why: String| Refusal::Unavailable(format!("cannot check the token: {url}: {why}"));
-        let response = self
+        let mut response = self
             .client
             .get(url)
             .send()
@@ -310,12 +340,25 @@ impl JwtVerifier {
         if !response.status().is_success() {
             return Err(unavailable(format!("HTTP {}", response.status())));
         }
-        let body = response
-            .bytes()
+        let too_big = || unavailable("the key set is over 1 MiB".into());
+        if response
+            .content_length()
+            .is_some_and(|n| n > JWKS_MAX_BYTES as u64)
+        {
+            return Err(too_big());
+        }
+        // Read as it comes, and stop at the limit: a server that lies about its length (or
+        // names none) never makes us hold more than 1 MiB.
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| unavailable(e.without_url().to_string()))?;
-        if body.len() > JWKS_MAX_BYTES {
-            return Err(unavailable("the key set is over 1 MiB".into()));
+            .map_err(|e| unavailable(e.without_url().to_string()))?
+        {
+            if body.len() + chunk.len() > JWKS_MAX_BYTES {
+                return Err(too_big());
+            }
+            body.extend_from_slice(&chunk);
         }
         let set: Value = serde_json::from_slice(&body)
             .map_err(|e| unavailable(format!("not a JSON key set: {e}")))?;
@@ -485,7 +528,7 @@ mod tests {
 
     fn verifier_with(keys: Vec<Value>) -> JwtVerifier {
         let verifier = JwtVerifier::new(settings());
-        *verifier.keys.try_lock().unwrap() = Some((Instant::now(), Arc::new(keys)));
+        *verifier.keys.lock().unwrap() = Some((Instant::now(), Arc::new(keys)));
         verifier
     }
 
@@ -643,5 +686,94 @@ mod tests {
         assert!(!same(b"secret", b"secreT"));
         assert!(!same(b"secret", b"secret2"));
         assert!(!same(b"", b"x"));
+    }
+
+    /// A loopback "identity provider" that answers every request with `answer` (never, when
+    /// `None`), counting them; its key-set URL.
+    async fn provider(
+        answer: Option<&'static str>,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut stream, _)) = listener.accept().await {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request).await;
+                match answer {
+                    Some(answer) => {
+                        let _ = stream.write_all(answer.as_bytes()).await;
+                    }
+                    None => held.push(stream),
+                }
+            }
+        });
+        (url, count)
+    }
+
+    #[tokio::test]
+    async fn a_made_up_key_id_never_holds_up_a_known_one() {
+        let (url, fetches) = provider(None).await;
+        let (jwk, _) = es256();
+        let verifier = Arc::new(JwtVerifier::new(JwtSettings {
+            jwks_url: url,
+            ..settings()
+        }));
+        // Fetched a minute ago: a new key id may be fetched for.
+        let fetched = Instant::now().checked_sub(Duration::from_secs(60)).unwrap();
+        *verifier.keys.lock().unwrap() = Some((fetched, Arc::new(vec![jwk])));
+        let stuck = verifier.clone();
+        let hanging = tokio::spawn(async move { stuck.key_for("ES256", Some("made-up")).await });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fetches.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the made-up key id was never fetched for"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The fetch for the made-up id hangs; the known key is answered meanwhile.
+        let known = tokio::time::timeout(
+            Duration::from_secs(5),
+            verifier.key_for("ES256", Some("k1")),
+        )
+        .await
+        .expect("a known key waits for no fetch");
+        assert!(known.is_ok());
+        hanging.abort();
+    }
+
+    #[tokio::test]
+    async fn a_failed_fetch_starts_the_window_and_a_huge_key_set_is_refused_unread() {
+        let (url, fetches) = provider(Some(
+            "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n",
+        ))
+        .await;
+        let verifier = JwtVerifier::new(JwtSettings {
+            jwks_url: url,
+            ..settings()
+        });
+        for _ in 0..20 {
+            let _ = verifier.key_for("ES256", Some("any")).await;
+        }
+        assert_eq!(
+            fetches.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "one fetch in the window, failed or not"
+        );
+        let (url, _) = provider(Some(
+            "HTTP/1.1 200 OK\r\nContent-Length: 524288000\r\nContent-Type: application/json\r\n\r\n{\"keys\": [",
+        ))
+        .await;
+        let verifier = JwtVerifier::new(JwtSettings {
+            jwks_url: url,
+            ..settings()
+        });
+        let refused = verifier.key_for("ES256", Some("any")).await.unwrap_err();
+        assert!(format!("{refused:?}").contains("over 1 MiB"), "{refused:?}");
     }
 }
