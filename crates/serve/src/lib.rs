@@ -1,17 +1,21 @@
 //! Tether as an MCP server: the [`McpService`] trait any served service implements (the
 //! gateway, the built-in tools server) and its one rmcp adapter, served over stdio or
 //! Streamable HTTP in either protocol era, with who may call (`serve_auth`), session ids any
-//! replica can restore (`sealed_sessions`) and Prometheus metrics (`serve_metrics`). Beside
+//! replica can restore (`sealed_sessions`), connections capped and watched before any
+//! request is read (`connections`) and Prometheus metrics (`serve_metrics`). Beside
 //! `tether-mcp` (the client side), the only crate that knows rmcp; it takes only vocabulary
 //! from the client side (questions to a client, progress, input rounds).
 
 pub mod builtin;
+pub mod connections;
+mod http_answers;
 pub mod sealed_sessions;
 pub mod serve;
 pub mod serve_auth;
 pub mod serve_http;
 pub mod serve_metrics;
 
+pub use http_answers::BODY_READ_TIMEOUT;
 pub use serve::{Caller, McpService, ServeError, ServiceChange, ServiceInfo, serve_stdio};
 pub use serve_auth::{JwtSettings, Principal, StaticToken};
 pub use serve_http::{HttpOptions, MCP_PATH, serve_http};

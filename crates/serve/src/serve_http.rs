@@ -11,14 +11,11 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -31,9 +28,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
+use crate::connections::{
+    AcceptBackoff, ConnectionTable, StallWatch, WRITE_STALL_TIMEOUT, default_max_connections,
+};
+use crate::http_answers::{Body, Holding, plain, read_body, refused, too_many, unreadable_message};
 use crate::sealed_sessions::{SESSION_HEADER, SealedSessions};
 use crate::serve::{McpService, ServedService};
-use crate::serve_auth::{Authenticator, JwtSettings, Principal, Refusal, StaticToken};
+use crate::serve_auth::{Authenticator, JwtSettings, Principal, StaticToken};
 use crate::serve_metrics::{Readiness, ServeMetrics};
 
 /// The path of the MCP endpoint.
@@ -69,6 +70,12 @@ pub struct HttpOptions {
     pub session_idle: Duration,
     /// How long requests in flight may take to finish once shutdown begins.
     pub drain_timeout: Duration,
+    /// Connections open at once; at the cap a new one closes the longest-idle one (see
+    /// [`crate::connections`]). 0: [`crate::connections::default_max_connections`].
+    pub max_connections: usize,
+    /// How long an answer may wait on a client that reads none of it before the connection is
+    /// closed and the answer dropped.
+    pub write_stall_timeout: Duration,
     /// Metrics the endpoint and the service behind it record (`/metrics`).
     pub metrics: Arc<ServeMetrics>,
     /// The service's readiness and upstream health (`/readyz`); `None`: ready while serving.
@@ -95,6 +102,8 @@ impl Default for HttpOptions {
             max_sessions_per_client: 1_000,
             session_idle: Duration::from_secs(300),
             drain_timeout: Duration::from_secs(30),
+            max_connections: 0,
+            write_stall_timeout: WRITE_STALL_TIMEOUT,
             metrics: ServeMetrics::new(),
             readiness: None,
         }
@@ -103,51 +112,6 @@ impl Default for HttpOptions {
 
 /// How long a client may take to send a request's headers before its connection is closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The accept loop's pause after a failed accept: 10 ms, doubling to 1 s while accepts keep
-/// failing, with a warning at most every 10 s that counts the failures in between.
-struct AcceptBackoff {
-    pause: Duration,
-    failures: u64,
-    warned: Option<std::time::Instant>,
-}
-
-impl Default for AcceptBackoff {
-    fn default() -> AcceptBackoff {
-        AcceptBackoff {
-            pause: Duration::from_millis(10),
-            failures: 0,
-            warned: None,
-        }
-    }
-}
-
-impl AcceptBackoff {
-    /// An accept failed with `error`: how long to wait before the next.
-    fn failed(&mut self, error: &std::io::Error) -> Duration {
-        self.failures += 1;
-        if self
-            .warned
-            .is_none_or(|at| at.elapsed() >= Duration::from_secs(10))
-        {
-            tracing::warn!(
-                %error,
-                failures = self.failures,
-                "accepting a connection failed; waiting before the next accept (out of file descriptors? raise `ulimit -n`)"
-            );
-            self.warned = Some(std::time::Instant::now());
-            self.failures = 0;
-        }
-        let pause = self.pause;
-        self.pause = (self.pause * 2).min(Duration::from_secs(1));
-        pause
-    }
-
-    /// An accept succeeded: the next failure starts short again.
-    fn reset(&mut self) {
-        self.pause = Duration::from_millis(10);
-    }
-}
 
 /// Serves `factory`'s services (one per 2025-11-25 session or per stateless request) on
 /// `listener` until `shutdown` is cancelled, then stops accepting, lets the requests in flight
@@ -191,6 +155,11 @@ where
         manager.clone(),
         config,
     );
+    let max_connections = match options.max_connections {
+        0 => default_max_connections(),
+        n => n,
+    };
+    let connections = ConnectionTable::new(max_connections);
     let (in_flight, mut in_flight_changes) = watch::channel(0usize);
     let edge = Arc::new(Edge {
         authenticator: Authenticator::new(options.tokens, options.jwt),
@@ -199,6 +168,8 @@ where
         metrics: options.metrics.clone(),
         readiness: options.readiness.clone(),
         limit: options.max_in_flight_per_client.max(1),
+        max_body_bytes: options.max_body_bytes,
+        connections: connections.clone(),
         max_sessions: options.max_sessions.max(1),
         max_sessions_per_client: options.max_sessions_per_client.max(1),
         session_idle: options.session_idle,
@@ -231,21 +202,42 @@ where
         };
         // Answers are small writes (headers, then SSE events); Nagle would hold them back.
         let _ = stream.set_nodelay(true);
+        let Some(registered) = connections.register() else {
+            edge.metrics.connection_closed("busy");
+            continue;
+        };
+        // A connection closed to make room still holds its descriptor for a moment.
+        connections.within_cap().await;
         let mcp = mcp.clone();
         let edge = edge.clone();
         let shutdown = hard_stop.clone();
+        let stall = options.write_stall_timeout;
+        let edge_metrics = edge.metrics.clone();
         tokio::spawn(async move {
+            let activity = registered.activity.clone();
+            let requests = activity.clone();
             let service = hyper::service::service_fn(move |request| {
                 let mut mcp = mcp.clone();
                 let edge = edge.clone();
-                async move { Ok::<_, Infallible>(route(request, &mut mcp, &edge, peer).await) }
+                // Busy until the answer is handed to the socket, so a connection with an
+                // answer (or an open stream) is never the one closed to make room.
+                let busy = requests.busy();
+                async move {
+                    let response = route(request, &mut mcp, &edge, peer).await;
+                    Ok::<_, Infallible>(
+                        response.map(|inner| Holding { inner, _held: busy }.boxed()),
+                    )
+                }
             });
             // A client that never finishes its headers (or sends none) holds a file
             // descriptor; hyper closes it after the header read timeout, once it has a timer.
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(
+                    TokioIo::new(StallWatch::new(stream, activity.clone())),
+                    service,
+                );
             tokio::select! {
                 result = connection => {
                     if let Err(error) = result {
@@ -253,6 +245,14 @@ where
                     }
                 }
                 _ = shutdown.cancelled() => {}
+                _ = registered.stop.cancelled() => {
+                    edge_metrics.connection_closed("idle");
+                    tracing::debug!(%peer, "closed an idle connection to make room for a new one");
+                }
+                _ = activity.stalled_for(stall) => {
+                    edge_metrics.connection_closed("stalled");
+                    tracing::info!(%peer, "closed a connection whose client read none of its answer for {}s (--write-stall-timeout)", stall.as_secs());
+                }
             }
         });
     }
@@ -277,8 +277,6 @@ where
     Ok(())
 }
 
-type Body = BoxBody<Bytes, Infallible>;
-
 /// What the HTTP edge checks and translates before rmcp sees a request.
 struct Edge {
     authenticator: Authenticator,
@@ -288,6 +286,10 @@ struct Edge {
     readiness: Option<Arc<dyn Readiness>>,
     /// Requests each client may have in flight.
     limit: usize,
+    /// Largest request body, in bytes.
+    max_body_bytes: usize,
+    /// The open connections (counted in `/metrics`).
+    connections: Arc<ConnectionTable>,
     /// Sessions open at once, all clients together.
     max_sessions: usize,
     /// Sessions each client may have open.
@@ -368,7 +370,7 @@ impl Edge {
     /// 403 for a request whose `Host` is not one of ours or whose `Origin` is foreign: a page a
     /// DNS-rebinding attack points at this port must not read `/metrics` (server and tool names,
     /// clients) any more than call a tool, token or not.
-    fn rebinding_refusal(&self, request: &Request<Incoming>) -> Option<Response<Body>> {
+    fn rebinding_refusal<B>(&self, request: &Request<B>) -> Option<Response<Body>> {
         let header = |name| {
             request
                 .headers()
@@ -423,32 +425,6 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that holds its request's [`InFlight`].
-struct Tracked {
-    inner: Body,
-    _in_flight: InFlight,
-}
-
-impl http_body::Body for Tracked {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
-        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
 impl Edge {
     /// Counts a request as in flight for `client`, or `None` when the client is at its limit.
     fn admit(self: &Arc<Self>, client: &str, limited: bool) -> Option<InFlight> {
@@ -482,7 +458,7 @@ impl Edge {
     /// longer ago than `SESSION_MAX_AGE`, is refused as unknown (404), whoever holds it.
     async fn open_session_id(
         &self,
-        request: &mut Request<Incoming>,
+        request: &mut Request<Full<Bytes>>,
         principal: Option<&str>,
     ) -> Result<(), Response<Body>> {
         let Some(sealed) = request
@@ -544,9 +520,9 @@ impl Edge {
 
 /// The principal behind the request, when the endpoint authenticates (`Ok(None)` when it
 /// does not).
-async fn authenticate(
+async fn authenticate<B>(
     edge: &Edge,
-    request: &Request<Incoming>,
+    request: &Request<B>,
     peer: SocketAddr,
 ) -> Result<Option<Principal>, Response<Body>> {
     if !edge.authenticator.required() {
@@ -566,13 +542,13 @@ async fn authenticate(
 }
 
 async fn route<M>(
-    mut request: Request<Incoming>,
+    request: Request<Incoming>,
     mcp: &mut M,
     edge: &Arc<Edge>,
     peer: SocketAddr,
 ) -> Response<Body>
 where
-    M: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>,
+    M: Service<Request<Full<Bytes>>, Response = Response<Body>, Error = Infallible>,
 {
     match request.uri().path() {
         "/healthz" => plain(StatusCode::OK, "ok"),
@@ -603,6 +579,7 @@ where
             }
             edge.metrics
                 .sessions_open(edge.manager.sessions.read().await.len());
+            edge.metrics.connections_open(edge.connections.len());
             let mut response = plain(StatusCode::OK, &edge.metrics.render());
             response.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
@@ -621,6 +598,15 @@ where
             let client = principal
                 .as_ref()
                 .map_or_else(|| peer.ip().to_string(), |p| p.name.clone());
+            // The body is read before the request counts as in flight, so a client that
+            // sends it slowly holds only its connection, and that for BODY_READ_TIMEOUT.
+            let mut request = match read_body(request, edge.max_body_bytes).await {
+                Ok(request) => request,
+                Err(refusal) => {
+                    edge.metrics.http_request(refusal.status().as_u16());
+                    return refusal;
+                }
+            };
             // A client's open GET stream is not work in flight; its POSTs are.
             let limited = request.method() == hyper::Method::POST;
             let Some(in_flight) = edge.admit(&client, limited) else {
@@ -676,9 +662,9 @@ where
             edge.seal_session_id(&mut response, owner.as_deref());
             edge.metrics.http_request(response.status().as_u16());
             response.map(|inner| {
-                Tracked {
+                Holding {
                     inner,
-                    _in_flight: in_flight,
+                    _held: in_flight,
                 }
                 .boxed()
             })
@@ -688,107 +674,6 @@ where
             &format!("no such path \"{other}\"; the MCP endpoint is {MCP_PATH}"),
         ),
     }
-}
-
-/// The JSON-RPC error for a POST body rmcp could not read as a message (its 415 names why):
-/// -32600 when it was JSON of the wrong shape, -32700 when it was not JSON.
-async fn unreadable_message(response: Response<Body>) -> Response<Body> {
-    use http_body_util::BodyExt;
-    let why = match response.into_body().collect().await {
-        Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
-        Err(never) => match never {},
-    };
-    let why = why
-        .strip_prefix("fail to deserialize request body ")
-        .unwrap_or(&why)
-        .to_string();
-    // serde_json's syntax errors (what a parser says of text that is not JSON); anything else
-    // rmcp says is about the shape of JSON it did read.
-    const SYNTAX: [&str; 15] = [
-        "EOF while parsing",
-        "expected `",
-        "expected value",
-        "expected ident",
-        "invalid escape",
-        "invalid number",
-        "number out of range",
-        "invalid unicode code point",
-        "control character",
-        "key must be a string",
-        "lone leading surrogate",
-        "trailing comma",
-        "trailing characters",
-        "unexpected end of hex escape",
-        "recursion limit exceeded",
-    ];
-    let (code, what) = if SYNTAX.iter().any(|p| why.starts_with(p)) {
-        (-32700, "Parse error: the body is not JSON")
-    } else {
-        (-32600, "Invalid Request: not a JSON-RPC message")
-    };
-    let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
-        "error": {"code": code, "message": format!("{what} ({why})")}});
-    let mut response = plain(StatusCode::BAD_REQUEST, &body.to_string());
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-fn plain(status: StatusCode, text: &str) -> Response<Body> {
-    let mut response = Response::new(Full::new(Bytes::from(text.to_string())).boxed());
-    *response.status_mut() = status;
-    response
-}
-
-/// 429 with a JSON-RPC error naming the client and the limit.
-fn too_many(client: &str, limit: usize) -> Response<Body> {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": -32000, "message": format!(
-            "too many requests in flight from {client} (the gateway allows {limit} at once); wait for some to finish and try again"
-        )},
-    });
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
-    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-/// A JSON-RPC error body with 401 (and `WWW-Authenticate`, RFC 6750) or 503.
-fn refused(refusal: &Refusal) -> Response<Body> {
-    let (status, message) = match refusal {
-        Refusal::Unauthorized(why) => (StatusCode::UNAUTHORIZED, format!("unauthorized: {why}")),
-        Refusal::Unavailable(why) => (StatusCode::SERVICE_UNAVAILABLE, why.clone()),
-    };
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": -32001, "message": message},
-    });
-    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
-    *response.status_mut() = status;
-    if status == StatusCode::UNAUTHORIZED {
-        // Quotes would end the parameter early; the JSON body carries the full text.
-        let description = refusal.to_string().replace(['"', '\\'], "'");
-        let challenge =
-            format!("Bearer error=\"invalid_token\", error_description=\"{description}\"");
-        if let Ok(value) = hyper::header::HeaderValue::from_str(&challenge) {
-            response
-                .headers_mut()
-                .insert(hyper::header::WWW_AUTHENTICATE, value);
-        }
-    }
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    response
 }
 
 /// The gateway's own origin under each loopback name: a page the endpoint itself served is

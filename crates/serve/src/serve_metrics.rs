@@ -42,6 +42,8 @@ pub struct ServeMetrics {
     throttled: IntCounterVec,
     in_flight: IntGauge,
     sessions: IntGauge,
+    connections: IntGauge,
+    connections_closed: IntCounterVec,
     tool_calls: IntCounterVec,
     tool_seconds: HistogramVec,
     upstream_up: IntGaugeVec,
@@ -86,6 +88,19 @@ impl ServeMetrics {
             "2025-11-25 sessions open on this replica.",
         )
         .expect("a fixed, valid metric family");
+        let connections = IntGauge::new(
+            "tether_http_connections_open",
+            "HTTP connections open on this replica (capped by --max-connections).",
+        )
+        .expect("a fixed, valid metric family");
+        let connections_closed = IntCounterVec::new(
+            Opts::new(
+                "tether_http_connections_closed_total",
+                "HTTP connections the gateway closed itself, by reason: `idle` to make room at the connection cap, `busy` refused at the cap, `stalled` when the client read none of an answer.",
+            ),
+            &["reason"],
+        )
+        .expect("a fixed, valid metric family");
         let tool_calls = IntCounterVec::new(
             Opts::new(
                 "tether_tool_calls_total",
@@ -119,6 +134,8 @@ impl ServeMetrics {
             Box::new(throttled.clone()),
             Box::new(in_flight.clone()),
             Box::new(sessions.clone()),
+            Box::new(connections.clone()),
+            Box::new(connections_closed.clone()),
             Box::new(tool_calls.clone()),
             Box::new(tool_seconds.clone()),
             Box::new(upstream_up.clone()),
@@ -133,6 +150,8 @@ impl ServeMetrics {
             throttled,
             in_flight,
             sessions,
+            connections,
+            connections_closed,
             tool_calls,
             tool_seconds,
             upstream_up,
@@ -154,6 +173,17 @@ impl ServeMetrics {
     /// Sets the number of sessions open.
     pub fn sessions_open(&self, open: usize) {
         self.sessions.set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
+
+    /// Sets the number of HTTP connections open.
+    pub fn connections_open(&self, open: usize) {
+        self.connections
+            .set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a connection the gateway closed itself, for `reason` (`idle`, `busy`, `stalled`).
+    pub fn connection_closed(&self, reason: &str) {
+        self.connections_closed.with_label_values(&[reason]).inc();
     }
 
     /// The gauge of requests in flight.

@@ -76,6 +76,14 @@ pub struct ServeArgs {
     /// With --http: seconds a 2025-11-25 session may go unused before it is closed.
     #[arg(long, value_name = "SECS", default_value_t = 300, requires = "http")]
     pub session_idle_timeout: u64,
+    /// With --http: connections open at once; at the cap a new one closes the longest-idle
+    /// one (default: what `ulimit -n` allows, less 128, at most 10,000).
+    #[arg(long, value_name = "N", requires = "http")]
+    pub max_connections: Option<usize>,
+    /// With --http: seconds an answer may wait on a client that reads none of it before the
+    /// connection is closed and the answer dropped.
+    #[arg(long, value_name = "SECS", default_value_t = 30, requires = "http")]
+    pub write_stall_timeout: u64,
     /// With --http: seconds that requests in flight may take to finish after SIGTERM.
     #[arg(long, value_name = "SECS", default_value_t = 30, requires = "http")]
     pub drain_timeout: u64,
@@ -220,6 +228,9 @@ fn http_options(addr: SocketAddr, args: &ServeArgs) -> Result<HttpOptions, Failu
         max_sessions_per_client: args.max_sessions_per_client.max(1),
         session_idle: std::time::Duration::from_secs(args.session_idle_timeout.max(1)),
         drain_timeout: std::time::Duration::from_secs(args.drain_timeout),
+        // 0 asks for the default; an explicit cap is at least 1.
+        max_connections: args.max_connections.map_or(0, |n| n.max(1)),
+        write_stall_timeout: std::time::Duration::from_secs(args.write_stall_timeout.max(1)),
         allowed_hosts: args.allow_host.clone(),
         allowed_origins: args.allow_origin.clone(),
         ..HttpOptions::default()

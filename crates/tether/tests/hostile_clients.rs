@@ -33,28 +33,37 @@ fn initialize_status(url: &str) -> u16 {
     }
 }
 
-#[test]
-fn running_out_of_file_descriptors_backs_off_instead_of_spinning() {
-    // The gateway (and its built-in server) under a limit of 64 open files.
-    let tether = env!("CARGO_BIN_EXE_tether");
-    let mut command = Command::new("sh");
-    command.args([
-        "-c",
-        "ulimit -n 64 && exec \"$0\" \"$@\"",
-        tether,
-        "serve",
-        "--http",
-        "127.0.0.1:0",
-    ]);
-    let (mut child, url, log) = test_support::spawn_http_gateway_logged(&mut command);
-    assert_eq!(initialize_status(&url), 200, "answers before the flood");
+type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 
-    // 100 idle connections: the kernel queues them, the gateway runs out of descriptors
-    // accepting them.
+/// A gateway under `ulimit -n {limit}` (with `args`), answering before the flood, then `count`
+/// idle connections to it: the gateway, its address, its log and the idle sockets.
+fn idle_flood(
+    limit: u32,
+    count: usize,
+    args: &[&str],
+) -> (std::process::Child, String, Log, Vec<TcpStream>) {
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", &format!("ulimit -n {limit} && exec \"$0\" \"$@\"")])
+        .arg(env!("CARGO_BIN_EXE_tether"))
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .args(args);
+    let (child, url, log) = test_support::spawn_http_gateway_logged(&mut command);
+    assert_eq!(initialize_status(&url), 200, "answers before the flood");
     let address = url.trim_start_matches("http://").split('/').next().unwrap();
-    let idle: Vec<TcpStream> = (0..100)
+    let idle = (0..count)
         .map(|_| TcpStream::connect(address).unwrap())
         .collect();
+    (child, url, log, idle)
+}
+
+#[test]
+fn running_out_of_file_descriptors_backs_off_instead_of_spinning() {
+    // The gateway (and its built-in server) under a limit of 64 open files, with a cap above
+    // it, so the flood reaches the limit (by default the cap stays below it and no accept
+    // fails). 100 idle connections: the kernel queues them, the gateway runs out of
+    // descriptors accepting them.
+    let (mut child, url, log, idle) = idle_flood(64, 100, &["--max-connections", "1000"]);
     // The measure: what the gateway writes in 1.5 s of exhaustion. A loop that retries at once
     // logs a line per failed accept, tens of megabytes a second.
     std::thread::sleep(Duration::from_millis(1500));
@@ -223,18 +232,7 @@ fn a_session_flood_stops_at_the_caps_and_memory_stays_bounded() {
         text.contains("has 3 sessions open") && text.contains("--max-sessions-per-client"),
         "{text}"
     );
-    let metrics = {
-        let address = url.trim_start_matches("http://").split('/').next().unwrap();
-        let mut stream = TcpStream::connect(address).unwrap();
-        write!(
-            stream,
-            "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        stream.read_to_string(&mut text).unwrap();
-        text
-    };
+    let metrics = get(&url, "/metrics");
     assert!(metrics.contains("tether_http_sessions_open 3"), "{metrics}");
     let (status, _, text) = exchange(&url, "DELETE", Some(&sessions[0]), "");
     assert_eq!(status, 200, "{text}");
@@ -291,6 +289,172 @@ fn a_session_belongs_to_the_token_that_opened_it() {
     let (status, _, text) = exchange_as(&url, alice, "POST", Some(&session), list);
     assert_eq!(status, 200, "the owner's session goes on: {text}");
     assert!(text.contains("\"tools\""), "{text}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// 1,000 idle sockets against a gateway allowed 256 descriptors: the connection cap (the limit
+/// less a reserve) closes the longest-idle ones as new ones come, so the gateway never runs out
+/// of descriptors, answers others within 100 ms, and logs a few lines, not one per socket.
+#[test]
+fn a_thousand_idle_sockets_leave_the_gateway_answering_others() {
+    let (mut child, url, log, idle) = idle_flood(256, 1_000, &[]);
+    // Each answer while the 1,000 are held (the first waits behind their accepts).
+    let mut took: Vec<Duration> = (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            assert_eq!(initialize_status(&url), 200, "answers during the flood");
+            started.elapsed()
+        })
+        .collect();
+    took.sort();
+    assert!(
+        took[2] < Duration::from_millis(100),
+        "answers took {took:?}"
+    );
+    let metrics = get(&url, "/metrics");
+    let open: usize = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tether_http_connections_open "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(
+        open <= 256 - 128,
+        "{open} connections open under a cap of 128"
+    );
+    drop(idle);
+    let lines = log.lock().unwrap();
+    let logged: usize = lines.iter().map(|l| l.len() + 1).sum();
+    assert!(logged < 1024 * 1024, "{logged} bytes of log");
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("accepting a connection failed")),
+        "the gateway ran out of descriptors: {lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("--max-connections")),
+        "the warning names the cap's flag: {lines:?}"
+    );
+    drop(lines);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A plain GET of `path` on the gateway, its whole answer.
+fn get(url: &str, path: &str) -> String {
+    let address = url.trim_start_matches("http://").split('/').next().unwrap();
+    let mut stream = TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// Request bodies sent slowly hold their connections, not their client's requests in flight:
+/// with 8 bodies half-sent and a limit of 4 in flight, the same address is still answered.
+#[test]
+fn slow_request_bodies_hold_no_request_slots() {
+    let tether = env!("CARGO_BIN_EXE_tether");
+    let mut command = Command::new(tether);
+    command.args(["serve", "--http", "127.0.0.1:0", "--max-in-flight", "4"]);
+    let (mut child, url) = test_support::spawn_http_gateway(&mut command);
+    let address = url.trim_start_matches("http://").split('/').next().unwrap();
+    let slow: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut stream = TcpStream::connect(address).unwrap();
+            write!(
+                stream,
+                "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{{\"jsonrpc\":"
+            )
+            .unwrap();
+            stream
+        })
+        .collect();
+    // Each half-sent body has reached the gateway before the real request goes.
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, _, text) = exchange(&url, "POST", None, INITIALIZE);
+    assert_eq!(status, 200, "{text}");
+    drop(slow);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A client that asks for large answers (12 MB) and reads none of them loses its connections
+/// after the write-stall timeout, and the answers with them, instead of holding them for ever.
+#[test]
+fn unread_answers_are_dropped_with_their_connections_after_the_stall_timeout() {
+    let tether = env!("CARGO_BIN_EXE_tether");
+    let mut command = Command::new(tether);
+    command.args([
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--no-prefix",
+        "--write-stall-timeout",
+        "2",
+        "--stdio",
+        &format!("big={}", test_support::misbehaving_stdio("big-result")),
+    ]);
+    let (mut child, url, log) = test_support::spawn_http_gateway_logged(&mut command);
+    let (status, session, text) = exchange(&url, "POST", None, INITIALIZE);
+    assert_eq!(status, 200, "{text}");
+    let session = session.expect("a session id");
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(exchange(&url, "POST", Some(&session), initialized).0, 202);
+    let address = url.trim_start_matches("http://").split('/').next().unwrap();
+    let unread: Vec<TcpStream> = (0..8)
+        .map(|i| {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"boom","arguments":{{}}}}}}"#,
+                i + 10
+            );
+            let mut stream = TcpStream::connect(address).unwrap();
+            write!(
+                stream,
+                "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            stream
+        })
+        .collect();
+    // The gateway gives up on each within the timeout (2 s) and a check's tick, and counts it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = get(&url, "/metrics");
+        if metrics.contains("tether_http_connections_closed_total{reason=\"stalled\"} 8") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{metrics}\n{:?}",
+            log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // What the client reads now is what the kernel had buffered, then the end.
+    for mut stream in unread {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut received = Vec::new();
+        let read = stream.read_to_end(&mut received);
+        assert!(
+            !matches!(&read, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+            "the connection is still open after {} bytes",
+            received.len()
+        );
+        assert!(
+            received.len() < 12_000_000,
+            "the whole answer ({} bytes) waited for the client",
+            received.len()
+        );
+    }
     let _ = child.kill();
     let _ = child.wait();
 }
