@@ -58,3 +58,19 @@ else
   python3 ../crates/test-support/fixtures/bfcl_server.py build bfcl/wheel/bfcl_eval/data bfcl
   echo "$bfcl_stamp" > bfcl/.stamp
 fi
+
+# The Rust mcp-proxy (crates.io 0.6.0, on tower-mcp): a real peer for the era-fallback test and
+# the gateway benchmark. Built once per machine into the cache (a few minutes on two cores), so
+# fresh clones find it; its own build directory is thrown away.
+proxy_root="${XDG_CACHE_HOME:-$HOME/.cache}/tether/peers/mcp-proxy-0.6.0"
+if [ -x "$proxy_root/bin/mcp-proxy" ]; then
+  echo "peers: mcp-proxy 0.6.0 up to date"
+else
+  echo "peers: building mcp-proxy 0.6.0 (cargo install --locked, once per machine)"
+  proxy_build="$(mktemp -d "${TMPDIR:-/tmp}/tether-mcp-proxy.XXXXXX")"
+  # Built as a plain release, outside this workspace's lint wrapper and shared build directory.
+  env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS -u CARGO_BUILD_BUILD_DIR CARGO_TARGET_DIR="$proxy_build" \
+    cargo install --locked --quiet mcp-proxy@0.6.0 --root "$proxy_root.partial"
+  rm -rf "$proxy_build" "$proxy_root"
+  mv "$proxy_root.partial" "$proxy_root"
+fi

@@ -15,7 +15,7 @@ pub mod terminal;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 /// How long a peer HTTP server may take to start listening.
@@ -34,13 +34,17 @@ pub fn workspace_root() -> PathBuf {
 pub fn encoder_dir() -> PathBuf {
     let models = match std::env::var_os("TETHER_MODEL_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .unwrap_or_else(std::env::temp_dir)
-            .join("tether/models"),
+        None => cache_home().join("tether/models"),
     };
     models.join("all-MiniLM-L6-v2")
+}
+
+/// `$XDG_CACHE_HOME`, else `~/.cache`.
+fn cache_home() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
 }
 
 /// A file under `crates/test-support/fixtures`.
@@ -197,6 +201,12 @@ pub fn misbehaving_stdio(mode: &str) -> String {
     )
 }
 
+/// The Rust `mcp-proxy` 0.6.0 as `scripts/install-peers.sh` builds it, once per machine:
+/// `$XDG_CACHE_HOME` or `~/.cache`, then `tether/peers/mcp-proxy-0.6.0/bin/mcp-proxy`.
+pub fn rust_mcp_proxy_bin() -> PathBuf {
+    require(cache_home().join("tether/peers/mcp-proxy-0.6.0/bin/mcp-proxy"))
+}
+
 /// A peer server listening on loopback; killed when dropped.
 pub struct HttpServer {
     child: Child,
@@ -260,32 +270,87 @@ impl HttpServer {
         HttpServer::spawn(command, "/mcp")
     }
 
+    /// The Rust `mcp-proxy` 0.6.0 (crates.io, built on tower-mcp; it speaks 2025-11-25 and
+    /// older) serving one stdio backend `b`, `program` with `args`, at `/`. Its tools are
+    /// `b/NAME`.
+    pub fn rust_mcp_proxy(program: &Path, args: &[&str]) -> HttpServer {
+        // The proxy logs its configured port, not the one bound, so the port is picked here:
+        // free now, and taken by the proxy a moment later.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        let dir = scratch_dir("mcp-proxy", &port.to_string());
+        let quoted: Vec<String> = args.iter().map(|a| format!("{a:?}")).collect();
+        let config = format!(
+            "[proxy]\nname = \"probe\"\nseparator = \"/\"\n[proxy.listen]\nhost = \"127.0.0.1\"\nport = {port}\n[[backends]]\nname = \"b\"\ntransport = \"stdio\"\ncommand = {:?}\nargs = [{}]\n",
+            program.display().to_string(),
+            quoted.join(", ")
+        );
+        std::fs::write(dir.join("proxy.toml"), config).expect("the scratch dir is writable");
+        let mut command = Command::new(rust_mcp_proxy_bin());
+        command
+            .arg("--config")
+            .arg(dir.join("proxy.toml"))
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info");
+        HttpServer::spawn_until(command, format!("http://127.0.0.1:{port}/"), |line| {
+            line.contains("Proxy ready")
+        })
+    }
+
     /// Starts `command` and waits for it to print `LISTENING <port>` on stderr.
-    fn spawn(mut command: Command, path: &str) -> HttpServer {
+    fn spawn(command: Command, path: &str) -> HttpServer {
+        let (port_tx, port_rx) = mpsc::channel();
+        let port_tx = Mutex::new(Some(port_tx));
+        let mut server = HttpServer::spawn_until(command, String::new(), move |line| {
+            if let Some(port) = line.strip_prefix("LISTENING ")
+                && let Some(tx) = port_tx.lock().ok().and_then(|mut tx| tx.take())
+            {
+                let _ = tx.send(port.trim().to_string());
+                return true;
+            }
+            false
+        });
+        let port = port_rx
+            .try_recv()
+            .expect("the port came with the ready line");
+        server.url = format!("http://127.0.0.1:{port}{path}");
+        server
+    }
+
+    /// Starts `command` and waits until `ready` holds for a line of its stderr (or stdout).
+    fn spawn_until(
+        mut command: Command,
+        url: String,
+        ready: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> HttpServer {
         let mut child = command
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let (port_tx, port_rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut port_tx = Some(port_tx);
-            // Keep draining after the port is known so the server never blocks on a full pipe.
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(port) = line.strip_prefix("LISTENING ")
-                    && let Some(tx) = port_tx.take()
-                {
-                    let _ = tx.send(port.trim().to_string());
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let ready = Arc::new(ready);
+        let streams: [Box<dyn std::io::Read + Send>; 2] = [
+            Box::new(child.stderr.take().expect("stderr is piped")),
+            Box::new(child.stdout.take().expect("stdout is piped")),
+        ];
+        for stream in streams {
+            let ready_tx = ready_tx.clone();
+            let ready = ready.clone();
+            std::thread::spawn(move || {
+                // Keep draining after the ready line so the server never blocks on a full pipe.
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if ready(&line) {
+                        let _ = ready_tx.send(());
+                    }
                 }
-            }
-        });
-        match port_rx.recv_timeout(HTTP_START_TIMEOUT) {
-            Ok(port) => HttpServer {
-                child,
-                url: format!("http://127.0.0.1:{port}{path}"),
-            },
+            });
+        }
+        match ready_rx.recv_timeout(HTTP_START_TIMEOUT) {
+            Ok(()) => HttpServer { child, url },
             Err(_) => {
                 let _ = child.kill();
                 panic!("{command:?} did not start listening within {HTTP_START_TIMEOUT:?}");

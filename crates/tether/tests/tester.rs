@@ -352,6 +352,26 @@ fn a_legacy_server_is_reached_whatever_it_answers_the_modern_probe() {
     }
 }
 
+/// The Rust `mcp-proxy` 0.6.0 (a peer nobody here wrote; tower-mcp speaks 2025-11-25 and
+/// older) answers the 2026-07-28 probe with an error listing its versions: Tether falls back to
+/// `initialize` at 2025-11-25 with no version pinned in the config, lists the proxied tools and
+/// calls one (before the fallback: "no compatible protocol version").
+#[test]
+fn the_rust_mcp_proxy_is_reached_without_pinning_a_version() {
+    let proxy =
+        HttpServer::rust_mcp_proxy(Path::new(env!("CARGO_BIN_EXE_tether")), &["builtin-server"]);
+    let url = format!("proxy={}", proxy.url);
+    let run = tether(&["servers", "--json", "--url", &url]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let rows: Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {}", run.stdout));
+    assert_eq!(rows[0]["status"], "connected", "{rows}");
+    assert_eq!(rows[0]["protocolVersion"], "2025-11-25", "{rows}");
+    let run = tether(&["call", "proxy", "b/add", "a=2", "b=40", "--url", &url]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), "42");
+}
+
 #[test]
 fn streamable_http_server_everything() {
     let server = HttpServer::everything();
