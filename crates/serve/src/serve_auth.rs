@@ -23,6 +23,10 @@ const JWKS_TIMEOUT: Duration = Duration::from_secs(10);
 /// The key set is fetched again for an unknown key id at most this often, so tokens with
 /// made-up key ids cannot make the gateway hammer the identity provider.
 const JWKS_REFETCH: Duration = Duration::from_secs(30);
+
+/// How old a key set may grow before the next token fetches it again, so a key the provider
+/// removed stops being trusted within this time.
+const JWKS_MAX_AGE: Duration = Duration::from_secs(300);
 /// Largest key set accepted.
 const JWKS_MAX_BYTES: usize = 1024 * 1024;
 
@@ -211,6 +215,8 @@ struct JwtVerifier {
     attempted: std::sync::Mutex<Option<Instant>>,
     /// Held while a fetch runs, so tokens with unknown ids wait for one fetch, not start many.
     fetching: Mutex<()>,
+    /// How old the key set may grow before it is fetched again ([`JWKS_MAX_AGE`]).
+    max_age: Duration,
 }
 
 impl JwtVerifier {
@@ -227,6 +233,7 @@ impl JwtVerifier {
             keys: std::sync::Mutex::new(None),
             attempted: std::sync::Mutex::new(None),
             fetching: Mutex::new(()),
+            max_age: JWKS_MAX_AGE,
         }
     }
 
@@ -243,6 +250,13 @@ impl JwtVerifier {
             .get("alg")
             .and_then(Value::as_str)
             .ok_or_else(|| bad("no \"alg\""))?;
+        // RFC 7515 4.1.11: a token that names extensions it must be understood with is
+        // refused by whoever does not understand them, and this gateway understands none.
+        if header.get("crit").is_some() {
+            return Err(bad(
+                "it names critical header extensions (\"crit\") this gateway does not understand",
+            ));
+        }
         let kid = header.get("kid").and_then(Value::as_str);
         let signature = decode(signature).ok_or_else(|| bad("unreadable signature"))?;
         let signed = &token[..header_len(token)];
@@ -251,11 +265,14 @@ impl JwtVerifier {
             .map_err(|why| Refusal::Unauthorized(format!("the token is not valid: {why}")))?;
         let claims: Value = decode_json(payload).ok_or_else(|| bad("unreadable claims"))?;
         check_claims(&claims, &self.settings, now).map_err(Refusal::Unauthorized)?;
-        let name = claims
-            .get("sub")
-            .and_then(Value::as_str)
-            .unwrap_or("jwt")
-            .to_string();
+        // The principal keeps a client's limits, sessions and held calls apart from every
+        // other's, so a token must say whose it is; `jwt:` keeps a subject from taking a static
+        // token's name (`token 1`).
+        let subject = ["sub", "client_id", "azp"]
+            .iter()
+            .find_map(|claim| claims.get(claim).and_then(Value::as_str).filter(|s| !s.is_empty()))
+            .ok_or_else(|| bad("it names no subject (\"sub\", or \"client_id\" or \"azp\" for a client's own token)"))?;
+        let name = format!("jwt:{subject}");
         let allowed_tools = match claims.get(&self.settings.tools_claim) {
             None | Some(Value::Null) => None,
             Some(Value::String(text)) => Some(text.split_whitespace().map(String::from).collect()),
@@ -280,7 +297,9 @@ impl JwtVerifier {
     }
 
     /// The JWK that signs tokens with `kid` (or the only key fit for `alg`), fetching the key
-    /// set when none is cached or when the id is new to it.
+    /// set when none is cached, when the id is new to it, or when it is older than `max_age`
+    /// (then a failed fetch leaves the old set in use, with a warning, rather than refuse every
+    /// token while the provider is down).
     async fn key_for(&self, alg: &str, kid: Option<&str>) -> Result<Value, Refusal> {
         let missing = || {
             Refusal::Unauthorized(format!(
@@ -288,12 +307,12 @@ impl JwtVerifier {
                 kid.map_or_else(|| format!("for {alg}"), |k| format!("\"{k}\""))
             ))
         };
-        if let Some(key) = self.cached_key(alg, kid) {
+        if let Some(key) = self.cached_key(alg, kid, true) {
             return Ok(key);
         }
         // One fetch at a time; whoever waited for it looks again before fetching.
         let _fetching = self.fetching.lock().await;
-        if let Some(key) = self.cached_key(alg, kid) {
+        if let Some(key) = self.cached_key(alg, kid, true) {
             return Ok(key);
         }
         // A key set fetched (or a fetch tried) within the window is the answer until it ends.
@@ -308,22 +327,39 @@ impl JwtVerifier {
             .chain(tried)
             .any(|at| at.elapsed() < JWKS_REFETCH);
         if recent {
-            return Err(missing());
+            return self.cached_key(alg, kid, false).ok_or_else(missing);
         }
         if let Ok(mut attempted) = self.attempted.lock() {
             *attempted = Some(Instant::now());
         }
-        let keys = Arc::new(self.fetch().await?);
+        let keys = match self.fetch().await {
+            Ok(keys) => Arc::new(keys),
+            Err(refusal) => {
+                return match self.cached_key(alg, kid, false) {
+                    Some(key) => {
+                        tracing::warn!(
+                            "{refusal}; the key set fetched earlier stays in use until a fetch succeeds"
+                        );
+                        Ok(key)
+                    }
+                    None => Err(refusal),
+                };
+            }
+        };
         if let Ok(mut cached) = self.keys.lock() {
             *cached = Some((Instant::now(), keys.clone()));
         }
         pick_key(&keys, alg, kid).ok_or_else(missing)
     }
 
-    /// The key for `alg` and `kid` in the cached key set, if it has one.
-    fn cached_key(&self, alg: &str, kid: Option<&str>) -> Option<Value> {
+    /// The key for `alg` and `kid` in the cached key set, if it has one (and, when `fresh`, if
+    /// the set is younger than `max_age`).
+    fn cached_key(&self, alg: &str, kid: Option<&str>, fresh: bool) -> Option<Value> {
         let cached = self.keys.lock().ok()?;
-        let (_, keys) = cached.as_ref()?;
+        let (at, keys) = cached.as_ref()?;
+        if fresh && at.elapsed() >= self.max_age {
+            return None;
+        }
         pick_key(keys, alg, kid)
     }
 
@@ -384,14 +420,17 @@ fn decode_json(part: &str) -> Option<Value> {
 
 /// The key with `kid`, or without one the only key whose type fits `alg`.
 fn pick_key(keys: &[Value], alg: &str, kid: Option<&str>) -> Option<Value> {
-    let kty = match alg {
-        "RS256" | "RS384" | "RS512" | "PS256" | "PS384" | "PS512" => "RSA",
-        "ES256" | "ES384" => "EC",
-        "EdDSA" => "OKP",
+    // The curve belongs to the algorithm: a P-384 key must not verify an ES256 token.
+    let (kty, crv) = match alg {
+        "RS256" | "RS384" | "RS512" | "PS256" | "PS384" | "PS512" => ("RSA", None),
+        "ES256" => ("EC", Some("P-256")),
+        "ES384" => ("EC", Some("P-384")),
+        "EdDSA" => ("OKP", Some("Ed25519")),
         _ => return None,
     };
     let fits = |key: &&Value| {
         key.get("kty").and_then(Value::as_str) == Some(kty)
+            && crv.is_none_or(|crv| key.get("crv").and_then(Value::as_str) == Some(crv))
             && key
                 .get("alg")
                 .and_then(Value::as_str)
@@ -551,7 +590,7 @@ mod tests {
         let header = json!({"alg": "ES256", "kid": "k1"});
         let token = sign(&header, &claims(json!({"tether_tools": ["time__*"]})));
         let principal = verifier.verify(&token, NOW).await.unwrap();
-        assert_eq!(principal.name, "ana");
+        assert_eq!(principal.name, "jwt:ana");
         assert_eq!(principal.allowed_tools, Some(vec!["time__*".to_string()]));
         assert!(principal.allows(&["time__get_current_time"]));
         assert!(!principal.allows(&["everything__echo", "echo"]));
@@ -628,7 +667,7 @@ mod tests {
             "{signed}.{}",
             URL_SAFE_NO_PAD.encode(pair.sign(signed.as_bytes()).as_ref())
         );
-        assert_eq!(verifier.verify(&token, NOW).await.unwrap().name, "ana");
+        assert_eq!(verifier.verify(&token, NOW).await.unwrap().name, "jwt:ana");
     }
 
     #[tokio::test]
@@ -775,5 +814,96 @@ mod tests {
         });
         let refused = verifier.key_for("ES256", Some("any")).await.unwrap_err();
         assert!(format!("{refused:?}").contains("over 1 MiB"), "{refused:?}");
+    }
+
+    /// A token must say whose it is (`sub`, else a client's `client_id` or `azp`), or clients
+    /// would share limits and sessions; a subject never takes a static token's name.
+    #[tokio::test]
+    async fn a_token_without_a_subject_is_refused_and_subjects_stay_apart_from_static_tokens() {
+        let (jwk, sign) = es256();
+        let verifier = verifier_with(vec![jwk]);
+        let header = json!({"alg": "ES256", "kid": "k1"});
+        let mut anonymous = claims(json!({}));
+        anonymous.as_object_mut().unwrap().remove("sub");
+        let refused = verifier
+            .verify(&sign(&header, &anonymous), NOW)
+            .await
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("names no subject"),
+            "{refused}"
+        );
+        let mut client = anonymous.clone();
+        client["client_id"] = json!("ci-runner");
+        let principal = verifier.verify(&sign(&header, &client), NOW).await.unwrap();
+        assert_eq!(principal.name, "jwt:ci-runner");
+        let impostor = claims(json!({"sub": "token 1"}));
+        let principal = verifier
+            .verify(&sign(&header, &impostor), NOW)
+            .await
+            .unwrap();
+        assert_eq!(principal.name, "jwt:token 1");
+    }
+
+    /// `crit` names extensions the token must be understood with: refused. A key's curve must
+    /// be its algorithm's.
+    #[tokio::test]
+    async fn critical_extensions_and_a_curve_foreign_to_the_algorithm_are_refused() {
+        let (jwk, sign) = es256();
+        let verifier = verifier_with(vec![jwk.clone()]);
+        let header = json!({"alg": "ES256", "kid": "k1", "crit": ["b64"], "b64": false});
+        let refused = verifier
+            .verify(&sign(&header, &claims(json!({}))), NOW)
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("\"crit\""), "{refused}");
+        let mut p384 = jwk;
+        p384["crv"] = json!("P-384");
+        assert!(pick_key(&[p384.clone()], "ES256", Some("k1")).is_none());
+        p384["alg"] = json!("ES384");
+        assert!(pick_key(&[p384], "ES384", Some("k1")).is_some());
+    }
+
+    /// A key set older than its maximum age is fetched again, so a key the provider removed
+    /// stops being trusted; while the provider fails, the old set stays in use.
+    #[tokio::test]
+    async fn a_removed_key_stops_being_trusted_once_the_set_is_fetched_again() {
+        let (jwk, _) = es256();
+        let (url, fetches) = provider(Some(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"keys\": []}",
+        ))
+        .await;
+        let mut verifier = JwtVerifier::new(JwtSettings {
+            jwks_url: url,
+            ..settings()
+        });
+        verifier.max_age = Duration::from_secs(120);
+        let fetched = Instant::now().checked_sub(Duration::from_secs(60)).unwrap();
+        *verifier.keys.lock().unwrap() = Some((fetched, Arc::new(vec![jwk.clone()])));
+        assert!(
+            verifier.key_for("ES256", Some("k1")).await.is_ok(),
+            "young enough"
+        );
+        let old = Instant::now()
+            .checked_sub(Duration::from_secs(600))
+            .unwrap();
+        *verifier.keys.lock().unwrap() = Some((old, Arc::new(vec![jwk.clone()])));
+        let refused = verifier.key_for("ES256", Some("k1")).await.unwrap_err();
+        assert!(refused.to_string().contains("no key \"k1\""), "{refused}");
+        assert_eq!(fetches.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+        let (url, _) = provider(Some(
+            "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n",
+        ))
+        .await;
+        let verifier = JwtVerifier::new(JwtSettings {
+            jwks_url: url,
+            ..settings()
+        });
+        *verifier.keys.lock().unwrap() = Some((old, Arc::new(vec![jwk])));
+        assert!(
+            verifier.key_for("ES256", Some("k1")).await.is_ok(),
+            "the provider is down: the old set stays in use"
+        );
     }
 }
