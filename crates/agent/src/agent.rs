@@ -278,6 +278,10 @@ impl<'a> Agent<'a> {
              or explain the problem. Answer directly when no tool is needed.",
         );
         for (server, instructions) in self.registry.instructions() {
+            // Changed since pinned: withheld until the user accepts them.
+            if self.catalog.instructions_withheld(&server) {
+                continue;
+            }
             text.push_str(&format!(
                 "\n\nInstructions from the \"{server}\" server (its tools start with \"{server}__\"):\n{}",
                 truncate(instructions.trim().to_string(), 4000)

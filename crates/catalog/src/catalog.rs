@@ -275,28 +275,61 @@ struct Pinning {
     book: PinBook,
     /// (server, tool) → what changed since the pin, for tools that still differ.
     changed: HashMap<(String, String), String>,
+    /// (server, tool) → the tool as pinned, offered in place of its changed form.
+    pinned_forms: HashMap<(String, String), Tool>,
+    /// Servers whose instructions changed since they were pinned: withheld from the model.
+    instructions_withheld: std::collections::HashSet<String>,
     /// Reports of refreshes not yet taken by a front end.
     pending: Vec<PinReport>,
 }
 
 impl Pinning {
-    /// Checks one server's tools, remembers its changed tools and saves the book if the check
-    /// changed it (a run that finds every tool as pinned writes nothing).
-    fn check(&mut self, server: &str, endpoint: &str, tools: &[Tool]) -> PinReport {
-        let mut report = self.book.check(server, endpoint, tools);
+    /// Checks one server's tools and instructions, remembers what changed and saves the book
+    /// if the check altered it (a run that finds everything as pinned writes nothing).
+    fn check(
+        &mut self,
+        server: &str,
+        endpoint: &str,
+        tools: &[Tool],
+        instructions: Option<&str>,
+    ) -> PinReport {
+        let mut report = self.book.check(server, endpoint, tools, instructions);
         self.changed.retain(|(s, _), _| s != server);
+        self.pinned_forms.retain(|(s, _), _| s != server);
         for (tool, diff) in &report.changed {
-            self.changed
-                .insert((server.to_string(), tool.clone()), diff.join("; "));
+            let key = (server.to_string(), tool.clone());
+            self.changed.insert(key.clone(), diff.join("; "));
+            if let Some(pinned) = self.book.pinned_tool(server, tool) {
+                self.pinned_forms.insert(key, pinned);
+            }
         }
-        // Changed tools keep their old pins, so only these alter the book.
-        let altered = report.first_seen || !report.added.is_empty() || !report.removed.is_empty();
+        if report.instructions_changed.is_some() {
+            self.instructions_withheld.insert(server.to_string());
+        } else {
+            self.instructions_withheld.remove(server);
+        }
         // A pin file that cannot be written does not stop the run: the changes are still
         // enforced now, and the next run reports them again.
-        if altered && let Err(error) = self.book.save() {
+        if report.altered
+            && let Err(error) = self.book.save()
+        {
             report.save_error = Some(error.to_string());
         }
         report
+    }
+
+    /// `servers` with each changed tool in its pinned form.
+    fn pinned_view(&self, servers: &mut [ServerTools]) {
+        for server in servers {
+            for tool in &mut server.tools {
+                if let Some(pinned) = self
+                    .pinned_forms
+                    .get(&(server.server.clone(), tool.name.clone()))
+                {
+                    *tool = pinned.clone();
+                }
+            }
+        }
     }
 }
 
@@ -344,6 +377,8 @@ impl ToolCatalog {
         let mut pinning = Pinning {
             book,
             changed: HashMap::new(),
+            pinned_forms: HashMap::new(),
+            instructions_withheld: Default::default(),
             pending: Vec::new(),
         };
         let snapshot = self.snapshot();
@@ -351,17 +386,21 @@ impl ToolCatalog {
             .servers()
             .iter()
             .filter_map(|server| {
-                let endpoint = registry
-                    .connection(&server.server)
-                    .ok()?
-                    .config()
-                    .endpoint();
-                Some(pinning.check(&server.server, &endpoint, &server.tools))
+                let connection = registry.connection(&server.server).ok()?;
+                Some(pinning.check(
+                    &server.server,
+                    &connection.config().endpoint(),
+                    &server.tools,
+                    connection.summary().instructions.as_deref(),
+                ))
             })
             .collect();
+        let mut servers = snapshot.servers().to_vec();
+        pinning.pinned_view(&mut servers);
         if let Ok(mut slot) = self.pinning.lock() {
             *slot = Some(pinning);
         }
+        self.replace(Snapshot::new(servers));
         reports
     }
 
@@ -379,6 +418,16 @@ impl ToolCatalog {
             .changed
             .get(&(tool.server.clone(), tool.tool.name.clone()))
             .map(|change| (tool.server.clone(), change.clone()))
+    }
+
+    /// Whether `server`'s instructions changed since they were pinned and are withheld from
+    /// the model until accepted.
+    pub fn instructions_withheld(&self, server: &str) -> bool {
+        self.pinning
+            .lock()
+            .ok()
+            .and_then(|p| p.as_ref().map(|p| p.instructions_withheld.contains(server)))
+            .unwrap_or(false)
     }
 
     /// Pin reports from refreshes since the last call, for the front end to show.
@@ -490,9 +539,15 @@ impl ToolCatalog {
                 ) else {
                     continue;
                 };
-                let report = pinning.check(name, &connection.config().endpoint(), &tools.tools);
+                let report = pinning.check(
+                    name,
+                    &connection.config().endpoint(),
+                    &tools.tools,
+                    connection.summary().instructions.as_deref(),
+                );
                 pinning.pending.push(report);
             }
+            pinning.pinned_view(&mut servers);
         }
         // Keep config order whatever order the listings finished in.
         let order: Vec<&str> = registry.entries().iter().map(|e| e.name()).collect();

@@ -1129,7 +1129,13 @@ impl McpService for GatewaySession {
                 .join(", ")
         )];
         for connection in &connections {
-            if let Some(text) = &connection.summary().instructions {
+            // Changed since pinned: withheld until the operator accepts them.
+            if let Some(text) = &connection.summary().instructions
+                && !self
+                    .gateway
+                    .catalog
+                    .instructions_withheld(connection.name())
+            {
                 instructions.push(format!("{}: {text}", connection.name()));
             }
         }

@@ -456,9 +456,10 @@ pub(crate) async fn pins_command(
             let connection = registry.connection(&server)?;
             let listed = connection.list_tools().await;
             let endpoint = connection.config().endpoint();
+            let instructions = connection.summary().instructions.clone();
             registry.shutdown().await;
             let tools = listed?;
-            book.accept(&server, &endpoint, &tools);
+            book.accept(&server, &endpoint, &tools, instructions.as_deref());
             book.save().map_err(|e| Failure::usage(e.to_string()))?;
             safe_eprintln!(
                 "pinned {} tools of \"{server}\" as they are now",
