@@ -167,8 +167,15 @@ impl Snapshot {
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
         match &self.semantic {
             Some((ranker, vectors)) if !query.trim().starts_with("select:") => {
+                // Until every tool has its vector (within the ranker's budget), by words alone.
+                let vectors = match vectors.get() {
+                    Some(vectors) => vectors,
+                    None => match ranker.tool_vectors_within(self.tools()) {
+                        Some(made) => vectors.get_or_init(|| made),
+                        None => return self.index.search(query, limit),
+                    },
+                };
                 let lexical = self.index.search(query, usize::MAX);
-                let vectors = vectors.get_or_init(|| ranker.tool_vectors(self.tools()));
                 ranker.fuse(query, lexical, vectors, limit)
             }
             _ => self.index.search(query, limit),

@@ -6,11 +6,16 @@
 //! The encoder itself lives above this crate (`tether-local` runs one); this module only
 //! needs [`TextEncoder`]. Tool vectors are computed once per distinct tool text, on the first
 //! search that needs them, and kept in memory and in a cache file, so a catalogue of
-//! thousands of tools is encoded once per machine rather than once per run.
+//! thousands of tools is encoded once per machine rather than once per run. A search waits
+//! for the encoding at most [`ENCODE_BUDGET`]; past it the search is BM25's alone while the
+//! encoding goes on in the background, saving what it has every few seconds, so a catalogue
+//! too big to encode at once (ten thousand new tools) costs one search the budget, not minutes,
+//! and later searches and runs pick up where it got to.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use tether_protocol::QualifiedTool;
@@ -20,6 +25,14 @@ use crate::search::{Hit, split_identifiers};
 /// Weight of the semantic z-score against BM25's: equal. Measured on the BFCL fixture's four
 /// tuned categories, 1 to 4 move recall@5 by a point at most, and 1 is best summed over them.
 const SEMANTIC_WEIGHT: f64 = 1.0;
+
+/// The longest a search waits for tool vectors before it ranks by words alone. The BFCL
+/// catalogue (1,853 tools) encodes in about 13 s cold on two cores; ten thousand new tools took
+/// over two minutes before the budget.
+pub const ENCODE_BUDGET: Duration = Duration::from_secs(30);
+
+/// How often a background encoding saves what it has made.
+const SAVE_EVERY: Duration = Duration::from_secs(5);
 
 /// Turns text into a unit-length vector; texts that mean the same land close together.
 pub trait TextEncoder: Send + Sync {
@@ -41,6 +54,16 @@ pub struct SemanticRanker {
     encoder: Arc<dyn TextEncoder>,
     vectors: Arc<Mutex<HashMap<Key, Arc<[f32]>>>>,
     file: Option<PathBuf>,
+    /// The encoding running in the background, if one is.
+    job: Arc<Mutex<Option<Arc<Job>>>>,
+    budget: Duration,
+}
+
+/// A background encoding: done once every text it was given has a vector.
+#[derive(Default)]
+struct Job {
+    done: Mutex<bool>,
+    finished: Condvar,
 }
 
 impl std::fmt::Debug for SemanticRanker {
@@ -62,58 +85,126 @@ impl SemanticRanker {
             encoder,
             vectors: Arc::new(Mutex::new(vectors)),
             file,
+            job: Arc::default(),
+            budget: ENCODE_BUDGET,
         }
     }
 
-    /// The vector of every tool, in order: cached ones looked up, the rest encoded on every
-    /// core and then saved.
+    /// This ranker with another wait for tool vectors than [`ENCODE_BUDGET`].
+    pub fn with_budget(mut self, budget: Duration) -> SemanticRanker {
+        self.budget = budget;
+        self
+    }
+
+    /// The vector of every tool, in order, waiting for the encoding as long as it takes.
     pub fn tool_vectors(&self, tools: &[QualifiedTool]) -> ToolVectors {
+        self.vectors_within(tools, Duration::MAX)
+            .unwrap_or_default()
+    }
+
+    /// The vector of every tool, in order, if they are all made within the ranker's budget:
+    /// cached ones looked up, the rest encoded on every core in the background (which goes on
+    /// past the budget, saving as it goes). `None`: not yet; rank by words this time.
+    pub fn tool_vectors_within(&self, tools: &[QualifiedTool]) -> Option<ToolVectors> {
+        self.vectors_within(tools, self.budget)
+    }
+
+    fn vectors_within(&self, tools: &[QualifiedTool], budget: Duration) -> Option<ToolVectors> {
+        let deadline = Instant::now().checked_add(budget);
         let texts: Vec<String> = tools.iter().map(tool_text).collect();
         let keys: Vec<Key> = texts.iter().map(|t| Sha256::digest(t).into()).collect();
-        let missing: Vec<usize> = {
-            let known = self.lock();
-            (0..texts.len())
-                .filter(|&i| !known.contains_key(&keys[i]))
-                .collect()
-        };
-        if !missing.is_empty() {
-            let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let chunk = missing.len().div_ceil(workers).max(1);
-            let encoded: Vec<(usize, Vec<f32>)> = std::thread::scope(|scope| {
-                let handles: Vec<_> = missing
-                    .chunks(chunk)
-                    .map(|part| {
-                        let texts = &texts;
-                        scope.spawn(move || {
-                            part.iter()
-                                .map(|&i| (i, self.encoder.encode(&texts[i])))
-                                .collect::<Vec<_>>()
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .flat_map(|h| h.join().unwrap_or_default())
+        loop {
+            let missing: Vec<(Key, String)> = {
+                let known = self.lock();
+                keys.iter()
+                    .zip(&texts)
+                    .filter(|(k, _)| !known.contains_key(*k))
+                    .map(|(k, t)| (*k, t.clone()))
                     .collect()
-            });
-            let mut known = self.lock();
-            for (i, vector) in encoded {
-                known.insert(keys[i], vector.into());
+            };
+            if missing.is_empty() {
+                let known = self.lock();
+                return Some(
+                    keys.iter()
+                        .map(|k| {
+                            known
+                                .get(k)
+                                .cloned()
+                                .unwrap_or_else(|| Arc::from(Vec::new()))
+                        })
+                        .collect(),
+                );
             }
-            if let Some(file) = &self.file {
-                // A cache that cannot be written costs the next run time, not correctness.
-                let _ = write_cache(file, &known);
+            // Join the encoding under way (it may be for another catalogue: look again when it
+            // ends), or start one for what is missing.
+            let job = {
+                let mut slot = self.job.lock().unwrap_or_else(|p| p.into_inner());
+                match slot.as_ref() {
+                    Some(job) => job.clone(),
+                    None => {
+                        let job = Arc::new(Job::default());
+                        *slot = Some(job.clone());
+                        let ranker = self.clone();
+                        let started = job.clone();
+                        std::thread::spawn(move || ranker.encode_in_background(missing, &started));
+                        job
+                    }
+                }
+            };
+            let mut done = job.done.lock().unwrap_or_else(|p| p.into_inner());
+            while !*done {
+                let left = match deadline {
+                    Some(deadline) => deadline.checked_duration_since(Instant::now())?,
+                    None => Duration::from_secs(3600),
+                };
+                done = job
+                    .finished
+                    .wait_timeout(done, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
             }
         }
-        let known = self.lock();
-        keys.iter()
-            .map(|k| {
-                known
-                    .get(k)
-                    .cloned()
-                    .unwrap_or_else(|| Arc::from(Vec::new()))
-            })
-            .collect()
+    }
+
+    /// Encodes `missing` on every core, adding each vector as it is made and saving every
+    /// [`SAVE_EVERY`] and at the end; then marks `job` done.
+    fn encode_in_background(&self, missing: Vec<(Key, String)>, job: &Job) {
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let chunk = missing.len().div_ceil(workers).max(1);
+        let saved = Mutex::new(Instant::now());
+        std::thread::scope(|scope| {
+            for part in missing.chunks(chunk) {
+                let saved = &saved;
+                scope.spawn(move || {
+                    for (key, text) in part {
+                        let vector: Arc<[f32]> = self.encoder.encode(text).into();
+                        let mut known = self.lock();
+                        known.insert(*key, vector);
+                        let due = saved
+                            .lock()
+                            .map(|mut at| {
+                                let due = at.elapsed() >= SAVE_EVERY;
+                                if due {
+                                    *at = Instant::now();
+                                }
+                                due
+                            })
+                            .unwrap_or(false);
+                        if due && let Some(file) = &self.file {
+                            // A cache that cannot be written costs the next run time, not
+                            // correctness.
+                            let _ = write_cache(file, &known);
+                        }
+                    }
+                });
+            }
+        });
+        if let Some(file) = &self.file {
+            let _ = write_cache(file, &self.lock());
+        }
+        *self.job.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *job.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        job.finished.notify_all();
     }
 
     /// Re-ranks: BM25's `lexical` hits (every matching tool, exact names flagged) fused with
@@ -323,6 +414,48 @@ mod tests {
         let again = SemanticRanker::new(Arc::new(Words), Some(dir.clone()));
         assert_eq!(again.lock().len(), 1, "the second ranker read the cache");
         assert_eq!(again.tool_vectors(&tools)[0], made[0]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// An encoder that takes its time.
+    struct Slow;
+
+    impl TextEncoder for Slow {
+        fn encode(&self, text: &str) -> Vec<f32> {
+            std::thread::sleep(Duration::from_millis(20));
+            Words.encode(text)
+        }
+        fn model(&self) -> &str {
+            "slow"
+        }
+    }
+
+    /// Past the budget a search gets no vectors (it ranks by words), while the encoding goes
+    /// on in the background and saves what it made; a later search finds them all.
+    #[test]
+    fn past_the_budget_vectors_wait_for_a_later_search_and_are_saved_meanwhile() {
+        let dir = std::env::temp_dir().join(format!("tether-vectors-slow-{}", std::process::id()));
+        let tools: Vec<QualifiedTool> = (0..200)
+            .map(|i| tool(&format!("t{i}"), "Adds two numbers."))
+            .collect();
+        let ranker = SemanticRanker::new(Arc::new(Slow), Some(dir.clone()))
+            .with_budget(Duration::from_millis(100));
+        let started = Instant::now();
+        assert!(
+            ranker.tool_vectors_within(&tools).is_none(),
+            "4 s of encoding within 0.1 s"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        let all = ranker.tool_vectors(&tools);
+        assert_eq!(all.len(), 200);
+        assert!(all.iter().all(|v| !v.is_empty()));
+        assert!(ranker.tool_vectors_within(&tools).is_some());
+        let again = SemanticRanker::new(Arc::new(Slow), Some(dir.clone()));
+        assert_eq!(again.lock().len(), 200, "saved for the next run");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

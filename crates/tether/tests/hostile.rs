@@ -726,7 +726,11 @@ fn a_tool_that_changes_between_runs_is_reported_and_needs_approval_until_accepte
         assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
         let told = tool_reply(&model.requests()[1], "c1");
         // What the model was shown: the system prompt and the tools.
-        (text(&output.stderr), told, model.requests()[0].body.to_string())
+        (
+            text(&output.stderr),
+            told,
+            model.requests()[0].body.to_string(),
+        )
     };
     // First sight: pinned quietly, and the call runs.
     let (stderr, told, shown) = run_with(None, "first");

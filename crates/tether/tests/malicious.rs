@@ -141,6 +141,21 @@ const CASES: &[Case] = &[
         2,
         "pagination that never ends: the listing did not end after 1000 pages",
     ),
+    // Catalogues past a server's caps are refused at the cap, before they cost gigabytes.
+    case(
+        "huge-catalogue",
+        TOOLS,
+        "600",
+        2,
+        "listing refused: the server listed more than 20000 items",
+    ),
+    case(
+        "fat-catalogue",
+        TOOLS,
+        "600",
+        2,
+        "listing refused: the listing is over 16 MiB",
+    ),
     // Wrong ids: a stray answer is ignored, a repeated one too.
     case("wrong-id", CALL, "2", 2, "tool \"boom\" timed out after 2s"),
     case("duplicate-id", CALL, "30", 0, "ok"),
