@@ -14,6 +14,7 @@ mod legacy_fields;
 pub mod oauth_guard;
 pub mod person_wait;
 pub mod private_files;
+pub mod process_ties;
 pub mod registry;
 pub mod router;
 pub mod sse;

@@ -101,6 +101,7 @@ pub fn kill_all_servers() {
     for pid in groups {
         kill_group(pid);
     }
+    crate::process_ties::stop_escaped_descendants();
 }
 
 /// What a child process did that helps explain a failure.
@@ -134,7 +135,17 @@ impl StdioProcess {
         env: &BTreeMap<String, String>,
         cwd: Option<&PathBuf>,
     ) -> Result<(StdioProcess, StdioPipes), McpError> {
-        let mut cmd = Command::new(command);
+        let path = env
+            .get("PATH")
+            .map(std::ffi::OsString::from)
+            .or_else(|| std::env::var_os("PATH"));
+        let (program, args) = crate::process_ties::tied_command(
+            command,
+            args,
+            path.as_deref(),
+            cwd.map(PathBuf::as_path),
+        );
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .env_clear()
             .envs(
@@ -143,6 +154,10 @@ impl StdioProcess {
                     .filter_map(|k| std::env::var_os(k).map(|v| (*k, v))),
             )
             .envs(env)
+            .env(
+                crate::process_ties::HOST_PID_VAR,
+                std::process::id().to_string(),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -502,6 +502,8 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(commands::run(cli.global, command));
     // Children are killed on drop; don't wait for stray background tasks.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    // What a server started outside its process group (`setsid`) goes too.
+    tether_mcp::process_ties::stop_escaped_descendants();
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {

@@ -449,6 +449,95 @@ fn a_signal_to_tether_takes_every_server_process_with_it() {
     }
 }
 
+/// Waits (up to 30 s) until the process `pid` is gone, naming `what` if it is not.
+fn wait_gone(pid: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "{what} ({pid}) is still running");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Reads the pid a process wrote to `file`, waiting (up to 60 s) for it.
+fn pid_from(file: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match std::fs::read_to_string(file) {
+            Ok(pid) if !pid.trim().is_empty() => return pid.trim().to_string(),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "{} never came", file.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Writes `dir/tether.json` with one fixture server `name` in `mode` that writes its pid to
+/// `pidfile` and stays when its input ends (LINGER_LOG: `log`), as many Node servers do.
+fn lingering_config(dir: &Path, name: &str, mode: &str, pidfile: &Path, log: &Path) {
+    std::fs::write(
+        dir.join("tether.json"),
+        json!({"mcpServers": {name: {
+            "command": "python3",
+            "args": [fixture("misbehaving_server.py"), mode, pidfile],
+            "env": {"LINGER_LOG": log},
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+}
+
+/// A Tether killed by SIGKILL runs no code of its own, yet its server goes with it (the
+/// kernel's parent-death signal, set through `setpriv`); before, it ran on as an orphan.
+#[test]
+fn a_server_does_not_outlive_a_tether_killed_by_sigkill() {
+    let dir = workdir("sigkill");
+    let pidfile = dir.join("server.pid");
+    lingering_config(
+        &dir,
+        "hanging",
+        "hang-on-call",
+        &pidfile,
+        &dir.join("linger.log"),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["--config", "tether.json", "call", "hanging", "boom"])
+        .current_dir(&dir)
+        .env("TETHER_DATA_DIR", dir.join("data"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = pid_from(&pidfile);
+    assert!(alive(&server));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_gone(&server, "the server of a Tether killed by SIGKILL");
+}
+
+/// A server's child that left the process group (`setsid`) is stopped when Tether ends, found
+/// by the mark every server's environment carries.
+#[test]
+fn a_setsid_grandchild_goes_when_tether_ends() {
+    let dir = workdir("setsid");
+    let pidfile = dir.join("grandchild.pid");
+    let server = format!(
+        "wrapped=sh -c \"setsid sleep 300 & echo \\$! > {}; exec {}\"",
+        pidfile.display(),
+        misbehaving_stdio("working")
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["call", "wrapped", "boom", "--stdio", &server])
+        .current_dir(&dir)
+        .env("TETHER_DATA_DIR", dir.join("data"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let grandchild = pid_from(&pidfile);
+    wait_gone(&grandchild, "the setsid grandchild");
+}
+
 #[test]
 fn a_server_that_ignores_end_of_input_is_asked_to_stop_then_killed() {
     // The spec's stdio shutdown: close stdin, then SIGTERM, then SIGKILL. A server that keeps
@@ -457,16 +546,7 @@ fn a_server_that_ignores_end_of_input_is_asked_to_stop_then_killed() {
     let dir = workdir("linger");
     let log = dir.join("linger.log");
     let pidfile = dir.join("linger.pid");
-    std::fs::write(
-        dir.join("tether.json"),
-        json!({"mcpServers": {"lingering": {
-            "command": "python3",
-            "args": [fixture("misbehaving_server.py"), "crash-on-call", &pidfile],
-            "env": {"LINGER_LOG": &log},
-        }}})
-        .to_string(),
-    )
-    .unwrap();
+    lingering_config(&dir, "lingering", "crash-on-call", &pidfile, &log);
     let output = tether_in(&dir, &["--config", "tether.json", "tools"]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert_eq!(
