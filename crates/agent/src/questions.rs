@@ -166,12 +166,19 @@ pub const LOG_LEVELS: &[&str] = &[
     "emergency",
 ];
 
+/// The most sampling requests one server may have in flight at once: a server allowed to
+/// sample (`"sampling": "allow"`) must not be able to turn the user's model (and bill) into
+/// its own by asking a hundred times at once. More are refused until one is answered.
+pub const MAX_SAMPLING_IN_FLIGHT: usize = 4;
+
 /// What a session offers servers: its roots, sampling with its model after consent,
 /// elicitation as questions, and their notices as events.
 pub struct SessionHost {
     questions: Arc<Questions>,
     model: ModelSlot,
     sampling: HashMap<String, SamplingPolicy>,
+    /// Sampling requests in flight, by server.
+    sampling_in_flight: Arc<Mutex<HashMap<String, usize>>>,
     roots: Mutex<Vec<Root>>,
     log_level: usize,
 }
@@ -189,6 +196,7 @@ impl SessionHost {
             questions,
             model,
             sampling,
+            sampling_in_flight: Arc::default(),
             roots: Mutex::new(roots),
             log_level,
         }
@@ -205,7 +213,27 @@ impl SessionHost {
         let _ = self.questions.events.send(AgentEvent::Notice { message });
     }
 
+    /// A place for one more sampling request of `server`, or why there is none.
+    fn sampling_slot(&self, server: &str) -> Result<SamplingSlot, String> {
+        let mut in_flight = self
+            .sampling_in_flight
+            .lock()
+            .map_err(|_| "sampling is unavailable".to_string())?;
+        let count = in_flight.entry(server.to_string()).or_default();
+        if *count >= MAX_SAMPLING_IN_FLIGHT {
+            return Err(format!(
+                "sampling request from server \"{server}\" refused: it already has {MAX_SAMPLING_IN_FLIGHT} in flight, the most one server may have; ask again when one is answered"
+            ));
+        }
+        *count += 1;
+        Ok(SamplingSlot {
+            server: server.to_string(),
+            in_flight: self.sampling_in_flight.clone(),
+        })
+    }
+
     async fn sample_with_consent(&self, server: &str, params: Value) -> Result<Value, String> {
+        let _slot = self.sampling_slot(server)?;
         let policy = self.sampling.get(server).copied().unwrap_or_default();
         let provider = self.model.provider();
         match policy {
@@ -261,6 +289,22 @@ impl SessionHost {
             })
             .await;
         matches!(answer, Answer::Decision(d) if d.allows())
+    }
+}
+
+/// One sampling request counted against its server until dropped.
+struct SamplingSlot {
+    server: String,
+    in_flight: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Drop for SamplingSlot {
+    fn drop(&mut self) {
+        if let Ok(mut in_flight) = self.in_flight.lock()
+            && let Some(count) = in_flight.get_mut(&self.server)
+        {
+            *count = count.saturating_sub(1);
+        }
     }
 }
 
@@ -438,4 +482,80 @@ pub fn notice_event(server: &str, notice: ServerNotice, log_level: usize) -> Opt
         }
     };
     Some(AgentEvent::Notice { message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use tether_llm::{ChatRequest, EventStream, LlmError};
+
+    /// A model that holds every request until `release` has a permit for it, counting them.
+    struct HeldModel {
+        entered: Arc<AtomicUsize>,
+        release: Arc<tokio::sync::Semaphore>,
+    }
+
+    impl Provider for HeldModel {
+        fn name(&self) -> &str {
+            "held"
+        }
+
+        fn stream<'a>(
+            &'a self,
+            _request: &'a ChatRequest,
+        ) -> BoxFuture<'a, Result<EventStream, LlmError>> {
+            Box::pin(async move {
+                self.entered.fetch_add(1, Ordering::SeqCst);
+                let _ = self.release.acquire().await;
+                Err(LlmError::Config("released".into()))
+            })
+        }
+    }
+
+    /// A server allowed to sample gets at most MAX_SAMPLING_IN_FLIGHT requests to the model at
+    /// once; the rest are refused at once, in words, and a finished one makes room.
+    #[tokio::test]
+    async fn a_server_may_have_only_so_many_sampling_requests_in_flight() {
+        let entered = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let model = HeldModel {
+            entered: entered.clone(),
+            release: release.clone(),
+        };
+        let (events, _receiver) = tokio::sync::mpsc::unbounded_channel();
+        let host = Arc::new(SessionHost::new(
+            Questions::new(events, false),
+            ModelSlot::new("held".into(), Arc::new(model)),
+            HashMap::from([("greedy".to_string(), SamplingPolicy::Allow)]),
+            Vec::new(),
+            0,
+        ));
+        let params = serde_json::json!({"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5});
+        let asks: Vec<_> = (0..MAX_SAMPLING_IN_FLIGHT + 2)
+            .map(|_| {
+                let host = host.clone();
+                let params = params.clone();
+                tokio::spawn(async move { host.sample("greedy", params).await })
+            })
+            .collect();
+        while entered.load(Ordering::SeqCst) < MAX_SAMPLING_IN_FLIGHT {
+            tokio::task::yield_now().await;
+        }
+        // Four are at the model; the two past the cap were answered without it.
+        release.add_permits(MAX_SAMPLING_IN_FLIGHT + 2);
+        let mut outcomes = Vec::new();
+        for ask in asks {
+            outcomes.push(ask.await.unwrap());
+        }
+        let over: Vec<&String> = outcomes
+            .iter()
+            .filter_map(|o| o.as_ref().err())
+            .filter(|e| e.contains("already has 4 in flight"))
+            .collect();
+        assert_eq!(over.len(), 2, "{outcomes:?}");
+        assert_eq!(entered.load(Ordering::SeqCst), MAX_SAMPLING_IN_FLIGHT);
+        // The slots are free again.
+        assert!(host.sampling_slot("greedy").is_ok());
+    }
 }
