@@ -70,8 +70,33 @@ impl ChatTemplate {
                 Some((c.id.as_str(), inner.to_string()))
             })
             .collect();
+        // Earlier turns are kept as what was asked and answered: a small model shown an earlier
+        // turn's calls repeats them ("and what time is it?" after "12 + 30" ran `add` again).
+        let this_turn = messages
+            .iter()
+            .rposition(|m| matches!(m, Message::User { .. }))
+            .unwrap_or(0);
         let mut rendered: Vec<Value> = Vec::new();
-        for message in messages {
+        for (index, message) in messages.iter().enumerate() {
+            let earlier = index < this_turn;
+            match message {
+                Message::Tool { .. } if earlier => continue,
+                Message::Assistant { content, .. }
+                    if earlier
+                        && (content.trim().is_empty()
+                            || content.trim_start().starts_with(['{', '['])) =>
+                {
+                    continue;
+                }
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                } if earlier && !tool_calls.is_empty() => {
+                    rendered.push(json!({"role": "assistant", "content": content}));
+                    continue;
+                }
+                _ => {}
+            }
             rendered.push(match message {
                 Message::System { content } => json!({"role": "system", "content": content}),
                 Message::User { content } => json!({"role": "user", "content": content}),
@@ -221,6 +246,52 @@ mod tests {
         let prompt = template.render(&messages, &[], None).unwrap();
         assert!(!prompt.contains("\"tool\""), "{prompt}");
         assert!(prompt.contains("The add tool returned: 30"), "{prompt}");
+    }
+
+    /// A follow-up question sees the earlier turn as asked and answered, without its call: a
+    /// small model shown the call repeats it.
+    #[test]
+    fn a_follow_up_sees_earlier_turns_without_their_calls() {
+        let template = ChatTemplate::new(Some(SMOLLM2.into()), String::new(), String::new());
+        let tools = vec![ToolDefinition {
+            name: "b__now".into(),
+            description: "The time".into(),
+            parameters: json!({}),
+        }];
+        let messages = vec![
+            Message::user("12 + 30, use add"),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "c".into(),
+                    name: "b__add".into(),
+                    arguments: "{\"a\":12,\"b\":30}".into(),
+                }],
+            },
+            Message::Tool {
+                tool_call_id: "c".into(),
+                name: "b__add".into(),
+                content: "42".into(),
+                images: vec![],
+                is_error: false,
+            },
+            Message::Assistant {
+                content: "The add tool returned 42.".into(),
+                tool_calls: vec![],
+            },
+            Message::user("And what time is it?"),
+        ];
+        let prompt = template
+            .render(&messages, &tools, Some("TOOLS: b__now"))
+            .unwrap();
+        assert!(
+            !prompt.contains("b__add") && !prompt.contains("\"a\":12"),
+            "{prompt}"
+        );
+        assert!(
+            prompt.contains("12 + 30, use add<|im_end|>\n<|im_start|>assistant\nThe add tool returned 42.<|im_end|>\n<|im_start|>user\nAnd what time is it?"),
+            "{prompt}"
+        );
     }
 
     #[test]
