@@ -259,7 +259,7 @@ impl Provider for LocalProvider {
             let prompt = self
                 .engine
                 .template
-                .render(&request.messages, tools, Some(&guide))
+                .render(&request.messages, tools, Some(&guide), !small)
                 .map_err(|e| LlmError::InvalidResponse {
                     provider: self.name.clone(),
                     message: e,

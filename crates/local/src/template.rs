@@ -41,12 +41,14 @@ impl ChatTemplate {
             || self.source.contains("\"tool\"")
     }
 
-    /// Renders the prompt for `messages`, ending with the assistant's turn opener.
+    /// Renders the prompt for `messages`, ending with the assistant's turn opener; turns before
+    /// the last user message only when `earlier_turns`.
     pub fn render(
         &self,
         messages: &[Message],
         tools: &[ToolDefinition],
         tool_guide: Option<&str>,
+        earlier_turns: bool,
     ) -> Result<String, String> {
         let native_tools = self.supports_tools() && !tools.is_empty();
         let tool_role = self.knows_tool_role();
@@ -70,32 +72,19 @@ impl ChatTemplate {
                 Some((c.id.as_str(), inner.to_string()))
             })
             .collect();
-        // Earlier turns are kept as what was asked and answered: a small model shown an earlier
-        // turn's calls repeats them ("and what time is it?" after "12 + 30" ran `add` again).
+        // A small model is shown this turn alone: shown an earlier turn (its call, its answer
+        // naming the tool, or a note of it) a 135M model calls that tool again or another at
+        // random ("and what time is it?" after "12 + 30, use add" ran `add 12 30`; with a note
+        // of the turn, `list_files`), and garbles its answer; asked alone it picks the clock
+        // and reads the time right.
         let this_turn = messages
             .iter()
             .rposition(|m| matches!(m, Message::User { .. }))
             .unwrap_or(0);
         let mut rendered: Vec<Value> = Vec::new();
         for (index, message) in messages.iter().enumerate() {
-            let earlier = index < this_turn;
-            match message {
-                Message::Tool { .. } if earlier => continue,
-                Message::Assistant { content, .. }
-                    if earlier
-                        && (content.trim().is_empty()
-                            || content.trim_start().starts_with(['{', '['])) =>
-                {
-                    continue;
-                }
-                Message::Assistant {
-                    content,
-                    tool_calls,
-                } if earlier && !tool_calls.is_empty() => {
-                    rendered.push(json!({"role": "assistant", "content": content}));
-                    continue;
-                }
-                _ => {}
+            if !earlier_turns && index < this_turn && !matches!(message, Message::System { .. }) {
+                continue;
             }
             rendered.push(match message {
                 Message::System { content } => json!({"role": "system", "content": content}),
@@ -214,7 +203,7 @@ mod tests {
             },
         ];
         let prompt = template
-            .render(&messages, &tools, Some("TOOLS: b__add"))
+            .render(&messages, &tools, Some("TOOLS: b__add"), true)
             .unwrap();
         assert_eq!(
             prompt,
@@ -243,13 +232,13 @@ mod tests {
                 is_error: false,
             },
         ];
-        let prompt = template.render(&messages, &[], None).unwrap();
+        let prompt = template.render(&messages, &[], None, true).unwrap();
         assert!(!prompt.contains("\"tool\""), "{prompt}");
         assert!(prompt.contains("The add tool returned: 30"), "{prompt}");
     }
 
-    /// A follow-up question sees the earlier turn as asked and answered, without its call: a
-    /// small model shown the call repeats it.
+    /// A small model's follow-up question sees this turn alone: shown the earlier turn it
+    /// repeats its call.
     #[test]
     fn a_follow_up_sees_earlier_turns_without_their_calls() {
         let template = ChatTemplate::new(Some(SMOLLM2.into()), String::new(), String::new());
@@ -282,16 +271,26 @@ mod tests {
             Message::user("And what time is it?"),
         ];
         let prompt = template
-            .render(&messages, &tools, Some("TOOLS: b__now"))
+            .render(&messages, &tools, Some("TOOLS: b__now"), false)
             .unwrap();
         assert!(
             !prompt.contains("b__add") && !prompt.contains("\"a\":12"),
             "{prompt}"
         );
+        assert!(!prompt.contains("12 + 30"), "{prompt}");
         assert!(
-            prompt.contains("12 + 30, use add<|im_end|>\n<|im_start|>assistant\nThe add tool returned 42.<|im_end|>\n<|im_start|>user\nAnd what time is it?"),
+            prompt.ends_with(
+                "<|im_start|>user\nAnd what time is it?<|im_end|>\n<|im_start|>assistant\n"
+            ),
             "{prompt}"
         );
+        // Its answer, too, is about this turn; a larger model sees the whole conversation.
+        let answer = template.render(&messages, &[], None, false).unwrap();
+        assert!(!answer.contains("12 + 30"), "{answer}");
+        let larger = template
+            .render(&messages, &tools, Some("TOOLS: b__now"), true)
+            .unwrap();
+        assert!(larger.contains("12 + 30, use add"), "{larger}");
     }
 
     #[test]
@@ -304,7 +303,7 @@ mod tests {
             parameters: json!({}),
         }];
         let prompt = template
-            .render(&[Message::user(" hi ")], &tools, Some("unused"))
+            .render(&[Message::user(" hi ")], &tools, Some("unused"), true)
             .unwrap();
         assert_eq!(prompt, "[b__add]user:hi;");
     }

@@ -202,6 +202,38 @@ fn embedded_model_answers_a_greeting_without_calling_a_tool() {
     );
 }
 
+/// A follow-up question in a chat is about itself: "And what time is it?" after "12 + 30, use
+/// add" asks the clock, where the small model used to call `add 12 30` again.
+#[test]
+fn embedded_model_answers_a_follow_up_about_the_new_question() {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = empty_dir("follow-up");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .arg("chat")
+        .current_dir(&dir)
+        .env_remove("TETHER_MODEL")
+        .env("TETHER_DATA_DIR", dir.join("data"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"12 + 30, use add\nAnd what time is it?\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let shown = format!("{stdout}{stderr}");
+    assert_eq!(output.status.code(), Some(0), "{shown}");
+    assert_eq!(shown.matches("→ builtin__add").count(), 1, "{shown}");
+    assert!(shown.contains("→ builtin__current_time"), "{shown}");
+}
+
 /// Zero config in an editor: `tether acp` with no model and no servers answers through the
 /// embedded model and the built-in `add`, the call shown as a tool call that completes.
 #[test]
