@@ -8,8 +8,9 @@
 //! wire object (keys sorted) and the SHA-256 of that object. A changed tool is offered to the
 //! model as it was pinned, and changed instructions are withheld, until accepted: a new
 //! description could otherwise steer the model even toward an unchanged tool. When a server's
-//! command line or URL changes (a version bump is exactly when a changed tool arrives), its
-//! tools are compared with the old endpoint's pins, and the report says the endpoint changed.
+//! command line or URL changes (a version bump is exactly when a changed tool arrives), the
+//! report says so, with what differs from the old pins, and the server is pinned anew: the
+//! user changed the config, so the change is theirs to read, not to approve call by call.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -104,8 +105,12 @@ pub struct PinReport {
     /// Tools that differ from their pins (pins kept until accepted), with what changed.
     pub changed: Vec<(String, Vec<String>)>,
     /// The endpoint the pins were taken from, when the server's command line or URL is now
-    /// another (the tools were compared with those pins all the same).
+    /// another: the server is pinned anew as it is, and `repinned` says what differs from the
+    /// old pins.
     pub endpoint_changed: Option<String>,
+    /// With `endpoint_changed`: what differs from the old endpoint's pins, one phrase each
+    /// (tools changed, new and gone; instructions).
+    pub repinned: Vec<String>,
     /// What changed in the server's instructions since they were pinned (withheld from the
     /// model until accepted).
     pub instructions_changed: Option<Vec<String>>,
@@ -121,8 +126,13 @@ impl PinReport {
         let server = &self.server;
         let mut lines = Vec::new();
         if let Some(then) = &self.endpoint_changed {
+            let against = if self.repinned.is_empty() {
+                "its tools and instructions are as they were".to_string()
+            } else {
+                format!("against the old pins: {}", self.repinned.join("; "))
+            };
             lines.push(format!(
-                "server \"{server}\": its command line or URL changed since its tools were pinned (was {then}); its tools are compared with those pins"
+                "server \"{server}\": its command line or URL changed since it was pinned (was {then}); pinned anew as it is now; {against}"
             ));
         }
         if let Some(diff) = &self.instructions_changed {
@@ -230,7 +240,7 @@ impl PinBook {
     /// Compares `tools` and `instructions` with the server's pins. Unknown servers and new
     /// tools are pinned now, removed tools kept as tombstones; changed tools and instructions
     /// keep their old pins, so they stay changed until [`accept`](Self::accept). A changed
-    /// endpoint is taken, and said.
+    /// endpoint is said, with what differs from the old pins, and pinned anew.
     pub fn check(
         &mut self,
         server: &str,
@@ -251,8 +261,13 @@ impl PinBook {
             return report;
         };
         if pins.endpoint != endpoint {
-            report.endpoint_changed =
-                Some(std::mem::replace(&mut pins.endpoint, endpoint.to_string()));
+            // Another command line or URL (the user edited the config: a version bump, another
+            // program under the name): said, with what differs, and pinned anew as it is.
+            report.endpoint_changed = Some(pins.endpoint.clone());
+            report.repinned = differences(pins, &current, instructions);
+            report.altered = true;
+            self.accept(server, endpoint, tools, instructions);
+            return report;
         }
         for (name, now) in &current {
             // A tool that left and came back is held to the pin it left with.
@@ -300,9 +315,7 @@ impl PinBook {
             }
             Some(_) => {}
         }
-        report.altered |= report.endpoint_changed.is_some()
-            || !report.added.is_empty()
-            || !report.removed.is_empty();
+        report.altered |= !report.added.is_empty() || !report.removed.is_empty();
         report
     }
 
@@ -343,6 +356,51 @@ impl PinBook {
             }
         }
     }
+}
+
+/// What differs between a server's pins and its `current` tools and `instructions`, one
+/// phrase each.
+fn differences(
+    pins: &ServerPins,
+    current: &BTreeMap<&str, PinnedTool>,
+    instructions: Option<&str>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut new = Vec::new();
+    for (name, now) in current {
+        match pins.tools.get(*name).or_else(|| pins.removed.get(*name)) {
+            None => new.push(name.to_string()),
+            Some(then) if then.sha256 != now.sha256 => {
+                out.push(format!(
+                    "tool \"{name}\" changed: {}",
+                    diff(&then.tool, &now.tool).join(", ")
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    if !new.is_empty() {
+        out.push(format!("new tools: {}", new.join(", ")));
+    }
+    let gone: Vec<&str> = pins
+        .tools
+        .keys()
+        .filter(|name| !current.contains_key(name.as_str()))
+        .map(String::as_str)
+        .collect();
+    if !gone.is_empty() {
+        out.push(format!("gone: {}", gone.join(", ")));
+    }
+    let now = PinnedText::of(instructions);
+    if let Some(then) = &pins.instructions
+        && then.sha256 != now.sha256
+    {
+        out.push(format!(
+            "instructions: {}",
+            diff(&Value::String(then.text.clone()), &Value::String(now.text)).join(", ")
+        ));
+    }
+    out
 }
 
 /// The canonical wire object of a tool and its hash.
@@ -477,15 +535,27 @@ mod tests {
                 .changed
                 .is_empty()
         );
-        // Another command line under the same name is said, and its tools compared with the
-        // old pins.
-        let moved = book.check("files", "npx files@2", &[pulled, list], None);
+        // Another command line under the same name is said, with what differs from the old
+        // pins, and pinned anew.
+        let moved = book.check("files", "npx files@2", &[read.clone(), list.clone()], None);
         assert_eq!(moved.endpoint_changed.as_deref(), Some("npx files"));
+        let line = &moved.lines()[0];
         assert!(
-            moved.lines()[0].contains("command line or URL changed"),
-            "{moved:?}"
+            line.contains("command line or URL changed") && line.contains("was npx files"),
+            "{line}"
         );
-        assert_eq!(moved.added, vec!["list"]);
+        assert!(
+            line.contains("tool \"read\" changed: description")
+                && line.contains("new tools: list")
+                && line.contains("gone: write"),
+            "{line}"
+        );
+        assert!(moved.changed.is_empty(), "pinned anew, nothing held back");
+        assert!(
+            book.check("files", "npx files@2", &[read, list], None)
+                .lines()
+                .is_empty()
+        );
         assert!(book.reset(Some("files")) && !book.reset(Some("files")));
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -177,6 +177,7 @@ where
         clients: Mutex::default(),
         in_flight,
         draining: AtomicBool::new(false),
+        refusals_logged: Mutex::default(),
         hosts,
         origins,
     });
@@ -305,6 +306,8 @@ struct Edge {
     in_flight: watch::Sender<usize>,
     /// Shutdown has begun: `/readyz` says so.
     draining: AtomicBool,
+    /// Sessions refused since the last warning about them, and when that was.
+    refusals_logged: Mutex<(u64, Option<std::time::Instant>)>,
     /// Host names the endpoint answers to (rmcp checks them on the MCP path; the edge on the
     /// paths it serves itself).
     hosts: Vec<String>,
@@ -356,7 +359,17 @@ impl Edge {
         let id: rmcp::transport::streamable_http_server::session::SessionId = local.into();
         let _ = self.manager.close_session(&id).await;
         self.sessions.drop_fresh(local);
-        tracing::warn!(client, "{message}");
+        // One line every 10 s at most: a flood of refused sessions must not flood the log.
+        if let Ok(mut logged) = self.refusals_logged.lock() {
+            logged.0 += 1;
+            if logged
+                .1
+                .is_none_or(|at| at.elapsed() >= Duration::from_secs(10))
+            {
+                tracing::warn!(client, refused = logged.0, "{message}");
+                *logged = (0, Some(std::time::Instant::now()));
+            }
+        }
         let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
             "error": {"code": -32000, "message": message}});
         let mut response = plain(status, &body.to_string());
