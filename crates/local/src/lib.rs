@@ -80,6 +80,48 @@ pub fn default_threads() -> i32 {
     i32::try_from(physical.min(logical).max(1)).unwrap_or(1)
 }
 
+/// Threads for one request when none were set: the physical cores less those another job is
+/// keeping busy right now (`procs_running` in `/proc/stat`, less this process's own running
+/// threads), at least one.
+/// llama.cpp's threads meet at a barrier after every layer, so one thread that shares its core
+/// with another job holds all the others back: on a two-core machine with one busy job, two
+/// threads took twice as long as one.
+pub fn threads_for_now() -> i32 {
+    let physical = default_threads();
+    let logical = std::thread::available_parallelism()
+        .map(|n| i32::try_from(n.get()).unwrap_or(i32::MAX))
+        .unwrap_or(1);
+    let running = std::fs::read_to_string("/proc/stat").ok().and_then(|stat| {
+        stat.lines()
+            .find_map(|l| l.strip_prefix("procs_running "))
+            .and_then(|n| n.trim().parse::<i32>().ok())
+    });
+    // This process's threads that are running now (this one among them) are not another job.
+    let own = std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter(|task| {
+                    std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                        stat.rsplit(')')
+                            .next()
+                            .is_some_and(|rest| rest.trim_start().starts_with('R'))
+                    })
+                })
+                .count()
+        })
+        .map_or(1, |n| i32::try_from(n).unwrap_or(1).max(1));
+    match running {
+        Some(running) => threads_left(physical, logical, running - own),
+        None => physical,
+    }
+}
+
+/// [`threads_for_now`]'s arithmetic: `others` is how many other threads are running.
+fn threads_left(physical: i32, logical: i32, others: i32) -> i32 {
+    physical.min(logical - others.max(0)).max(1)
+}
+
 /// A loaded model, shared by every request.
 struct Engine {
     model: LlamaModel,
@@ -93,7 +135,7 @@ struct Engine {
 pub struct LocalOptions {
     /// Use grammar-constrained decoding for tool calls (off only to measure its effect).
     pub grammar: bool,
-    /// Threads for llama.cpp.
+    /// Threads for llama.cpp; 0: chosen per request ([`threads_for_now`]).
     pub threads: i32,
 }
 
@@ -101,7 +143,7 @@ impl Default for LocalOptions {
     fn default() -> Self {
         LocalOptions {
             grammar: true,
-            threads: default_threads(),
+            threads: 0,
         }
     }
 }
@@ -348,11 +390,16 @@ fn generate(
     let needed = (tokens.len() + max_tokens as usize).div_ceil(256) * 256;
     let needed_context = u32::try_from(needed.min(budget)).unwrap_or(engine.context_size);
     let batch_size = tokens.len().max(512);
+    let threads = if engine.threads > 0 {
+        engine.threads
+    } else {
+        threads_for_now()
+    };
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(needed_context))
         .with_n_batch(u32::try_from(batch_size).unwrap_or(u32::MAX))
-        .with_n_threads(engine.threads)
-        .with_n_threads_batch(engine.threads);
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads);
     let mut context = model
         .new_context(backend, params)
         .map_err(|e| fail(format!("cannot create a context: {e}")))?;
@@ -820,6 +867,13 @@ mod tests {
         );
         assert_eq!(find_call("no call here"), None);
         assert!(default_threads() >= 1);
+        assert!(threads_for_now() >= 1);
+        // Two cores: quiet, both; one other job running, one; a crowd, still one.
+        assert_eq!(threads_left(2, 2, 0), 2);
+        assert_eq!(threads_left(2, 2, 1), 1);
+        assert_eq!(threads_left(2, 2, 8), 1);
+        // Physical cores bound it even when hyperthreads are idle.
+        assert_eq!(threads_left(4, 8, 2), 4);
     }
 
     #[test]

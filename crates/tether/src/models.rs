@@ -47,6 +47,10 @@ pub struct ModelArgs {
     /// Embedded model only: decode tool calls without the grammar (to measure its effect).
     #[arg(long, hide = true)]
     pub no_grammar: bool,
+    /// Embedded model only: threads for llama.cpp (default: the physical cores less those
+    /// other jobs keep busy, chosen per request).
+    #[arg(long, value_name = "N", env = "TETHER_THREADS")]
+    pub threads: Option<u16>,
 }
 
 impl Default for ModelArgs {
@@ -61,6 +65,7 @@ impl Default for ModelArgs {
             system_prompt: None,
             tools: None,
             no_grammar: false,
+            threads: None,
         }
     }
 }
@@ -259,7 +264,7 @@ async fn local_provider(spec: &str, args: &ModelArgs) -> Result<Box<dyn Provider
     };
     let options = LocalOptions {
         grammar: !args.no_grammar,
-        ..LocalOptions::default()
+        threads: args.threads.map_or(0, |n| i32::from(n.max(1))),
     };
     let provider = tokio::task::spawn_blocking(move || LocalProvider::load(&path, name, options))
         .await
