@@ -1,9 +1,10 @@
 //! Gateway benchmark, run with `cargo bench -p tether --bench gateway` (or scripts/bench.sh).
 //!
-//! The same upstream (the built-in server, `tether builtin-server`, tool `add`) three ways:
+//! The same upstream (the built-in server, `tether builtin-server`, tool `add`) four ways:
 //! direct (Tether's client over stdio, the floor), through `tether serve --http --no-prefix`,
-//! and through `mcp-proxy` (PyPI, the common Python stdio-to-HTTP proxy) over Streamable HTTP.
-//! At 1, 16 and 64 concurrent clients (each its own session, making sequential calls) it prints
+//! through the Rust `mcp-proxy` 0.6.0 (crates.io, on tower-mcp; built by
+//! scripts/install-peers.sh) and through `mcp-proxy` 0.13.0 (PyPI, the common Python
+//! stdio-to-HTTP proxy), over Streamable HTTP. At 1, 8, 32 and 64 concurrent clients (each its own session, making sequential calls) it prints
 //! calls/s and p50/p99 latency per target, median and spread over interleaved rounds, the
 //! gateway's overhead per call over direct, the CPU the gateway process itself spends per call
 //! (schedstat over its threads: what the gateway costs, apart from the HTTP client driving it),
@@ -92,10 +93,11 @@ fn mcp_proxy() -> Endpoint {
     }
 }
 
-/// Latencies of `clients` concurrent clients making `calls` sequential calls each, and the
-/// wall time of the whole batch.
+/// Latencies of `clients` concurrent clients making `calls` sequential calls each to `add`
+/// (named `tool` by the target), and the wall time of the whole batch.
 async fn load(
     connect: impl Fn() -> ServerConfig,
+    tool: &'static str,
     shared: bool,
     clients: usize,
     calls: usize,
@@ -113,7 +115,7 @@ async fn load(
     for connection in &connections {
         for i in 0..5 {
             connection
-                .call_tool("add", json!({"a": i, "b": 1}).as_object().cloned(), None)
+                .call_tool(tool, json!({"a": i, "b": 1}).as_object().cloned(), None)
                 .await
                 .unwrap();
         }
@@ -127,7 +129,7 @@ async fn load(
                 for i in 0..calls {
                     let sent = Instant::now();
                     let result = connection
-                        .call_tool("add", json!({"a": i, "b": c}).as_object().cloned(), None)
+                        .call_tool(tool, json!({"a": i, "b": c}).as_object().cloned(), None)
                         .await
                         .unwrap();
                     latencies.push(sent.elapsed());
@@ -206,6 +208,10 @@ fn main() {
         .unwrap();
     let gateway_one = gateway(1);
     let proxy = mcp_proxy();
+    let rust_proxy = test_support::HttpServer::rust_mcp_proxy(
+        std::path::Path::new(tether()),
+        &["builtin-server"],
+    );
     let direct = || ServerConfig::stdio("b", tether(), vec!["builtin-server".into()]);
     let through_gateway = || {
         let mut config = ServerConfig::http("gateway", gateway_one.url.clone());
@@ -213,6 +219,7 @@ fn main() {
         config
     };
     let through_proxy = || ServerConfig::http("proxy", proxy.url.clone());
+    let through_rust_proxy = || ServerConfig::http("rust-proxy", rust_proxy.url.clone());
     println!(
         "gateway: tools/call add on the built-in server, {rounds} interleaved rounds, median (min–max)"
     );
@@ -222,52 +229,67 @@ fn main() {
             .unwrap_or_default()
             .trim()
     );
-    let mut overhead_p50 = 0.0;
+    let mut overhead_p50 = (0.0, 0.0);
     let gateway_pid = gateway_one.child.id();
-    for (clients, calls) in [(1usize, 400usize), (16, 40), (64, 12)] {
-        let (mut d, mut g, mut p) = (Samples::default(), Samples::default(), Samples::default());
+    for (clients, calls) in [(1usize, 400usize), (8, 60), (32, 16), (64, 10)] {
+        let (mut d, mut g, mut r, mut p) = (
+            Samples::default(),
+            Samples::default(),
+            Samples::default(),
+            Samples::default(),
+        );
         let mut gateway_cpu = Vec::new();
         for _ in 0..rounds {
             runtime.block_on(async {
-                d.add(load(direct, true, clients, calls).await);
+                d.add(load(direct, "add", true, clients, calls).await);
                 let before = cpu_ns(gateway_pid);
-                g.add(load(through_gateway, false, clients, calls).await);
+                g.add(load(through_gateway, "add", false, clients, calls).await);
                 // Connecting and warming up are in the window too, so this is an upper bound.
                 let per_call = (cpu_ns(gateway_pid) - before) as f64
                     / ((clients * (calls + 5)) as f64)
                     / 1000.0;
                 gateway_cpu.push(per_call);
-                p.add(load(through_proxy, false, clients, calls).await);
+                r.add(load(through_rust_proxy, "b/add", false, clients, calls).await);
+                p.add(load(through_proxy, "add", false, clients, calls).await);
             });
         }
         println!("  {clients} client(s), {calls} calls each:");
         for (name, s) in [
             ("direct (stdio)", &d),
             ("tether serve", &g),
-            ("mcp-proxy 0.13.0", &p),
+            ("mcp-proxy 0.6.0 (Rust)", &r),
+            ("mcp-proxy 0.13.0 (Py)", &p),
         ] {
             let (rate, rate_lo, rate_hi) = spread(&s.rate);
             let (p50, ..) = spread(&s.p50);
             let (p99, ..) = spread(&s.p99);
             println!(
-                "    {name:<18} {rate:8.0} calls/s ({rate_lo:.0}–{rate_hi:.0})  p50 {p50:7.0} µs  p99 {p99:7.0} µs"
+                "    {name:<23} {rate:8.0} calls/s ({rate_lo:.0}–{rate_hi:.0})  p50 {p50:7.0} µs  p99 {p99:7.0} µs"
             );
         }
-        let ratio = spread(&g.rate).0 / spread(&p.rate).0;
-        println!("    tether serve / mcp-proxy throughput: {ratio:.2}x");
+        let ratio = spread(&g.rate).0 / spread(&r.rate).0;
+        let py_ratio = spread(&g.rate).0 / spread(&p.rate).0;
+        println!(
+            "    tether serve throughput: {ratio:.2}x the Rust mcp-proxy's (goal ≥ 1.5x at 8 and 32), {py_ratio:.2}x the Python one's"
+        );
         let (cpu, cpu_lo, cpu_hi) = spread(&gateway_cpu);
         println!(
             "    gateway CPU per call (its own threads, not the client's or upstream's): {cpu:.0} µs ({cpu_lo:.0}–{cpu_hi:.0})"
         );
         if clients == 1 {
-            overhead_p50 = spread(&g.p50).0 - spread(&d.p50).0;
+            overhead_p50 = (
+                spread(&g.p50).0 - spread(&d.p50).0,
+                spread(&r.p50).0 - spread(&d.p50).0,
+            );
         }
     }
     println!(
-        "gateway overhead over direct at 1 client: {overhead_p50:.0} µs p50 per call (HTTP and the gateway together)"
+        "added latency over direct at 1 client, p50 per call (HTTP and the proxy together): tether serve {:.0} µs, Rust mcp-proxy {:.0} µs (goals: at most the Rust proxy's, and under 100 µs)",
+        overhead_p50.0, overhead_p50.1
     );
     drop(gateway_one);
     drop(proxy);
+    drop(rust_proxy);
 
     // Peak memory with 10 upstream servers, after every one has answered calls.
     let ten = gateway(10);
