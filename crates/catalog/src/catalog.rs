@@ -402,12 +402,19 @@ impl ToolCatalog {
                 ))
             })
             .collect();
-        let mut servers = snapshot.servers().to_vec();
-        pinning.pinned_view(&mut servers);
+        // The snapshot (and its index) is rebuilt only when a changed tool must be offered in
+        // its pinned form: most starts find every tool as pinned.
+        let rebuilt = (!pinning.pinned_forms.is_empty()).then(|| {
+            let mut servers = snapshot.servers().to_vec();
+            pinning.pinned_view(&mut servers);
+            Snapshot::new(servers)
+        });
         if let Ok(mut slot) = self.pinning.lock() {
             *slot = Some(pinning);
         }
-        self.replace(Snapshot::new(servers));
+        if let Some(snapshot) = rebuilt {
+            self.replace(snapshot);
+        }
         reports
     }
 

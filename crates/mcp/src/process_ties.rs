@@ -13,9 +13,14 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The variable that marks a server and its descendants as Tether's (its value: our pid).
 pub(crate) const HOST_PID_VAR: &str = "TETHER_HOST_PID";
+
+/// Whether this process started a server (then its end looks for escaped descendants; a
+/// command that started none reads nothing of `/proc`).
+static STARTED_A_SERVER: AtomicBool = AtomicBool::new(false);
 
 /// `setpriv` if it can set a parent-death signal (util-linux 2.33 and later).
 fn setpriv() -> Option<&'static Path> {
@@ -58,6 +63,7 @@ pub(crate) fn tied_command(
     path: Option<&OsStr>,
     cwd: Option<&Path>,
 ) -> (PathBuf, Vec<String>) {
+    STARTED_A_SERVER.store(true, Ordering::Relaxed);
     match setpriv() {
         Some(setpriv) if cfg!(target_os = "linux") && exists(command, path, cwd) => {
             let mut tied = vec![
@@ -77,7 +83,7 @@ pub(crate) fn tied_command(
 /// so a `setsid` grandchild does not outlive Tether. Called once the servers are stopped.
 pub fn stop_escaped_descendants() {
     #[cfg(target_os = "linux")]
-    {
+    if STARTED_A_SERVER.load(Ordering::Relaxed) {
         let own = std::process::id();
         let mark = format!("{HOST_PID_VAR}={own}");
         let Ok(entries) = std::fs::read_dir("/proc") else {

@@ -50,20 +50,41 @@ pub fn default_max_connections() -> usize {
     1_024
 }
 
+/// A warning said at most every 10 s, however often its cause recurs, counting the times in
+/// between: what a hostile client can make happen thousands of times a second must not flood
+/// the log.
+#[derive(Default)]
+pub(crate) struct OccasionalWarning(Mutex<(u64, Option<Instant>)>);
+
+impl OccasionalWarning {
+    /// Counts one occurrence; `Some(occurrences since the last warning)` when one is due.
+    pub(crate) fn due(&self) -> Option<u64> {
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        state.0 += 1;
+        if state
+            .1
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(10))
+        {
+            return None;
+        }
+        let times = state.0;
+        *state = (0, Some(Instant::now()));
+        Some(times)
+    }
+}
+
 /// The accept loop's pause after a failed accept: 10 ms, doubling to 1 s while accepts keep
 /// failing, with a warning at most every 10 s that counts the failures in between.
 pub(crate) struct AcceptBackoff {
     pause: Duration,
-    failures: u64,
-    warned: Option<Instant>,
+    warning: OccasionalWarning,
 }
 
 impl Default for AcceptBackoff {
     fn default() -> AcceptBackoff {
         AcceptBackoff {
             pause: Duration::from_millis(10),
-            failures: 0,
-            warned: None,
+            warning: OccasionalWarning::default(),
         }
     }
 }
@@ -71,18 +92,12 @@ impl Default for AcceptBackoff {
 impl AcceptBackoff {
     /// An accept failed with `error`: how long to wait before the next.
     pub(crate) fn failed(&mut self, error: &io::Error) -> Duration {
-        self.failures += 1;
-        if self
-            .warned
-            .is_none_or(|at| at.elapsed() >= Duration::from_secs(10))
-        {
+        if let Some(failures) = self.warning.due() {
             tracing::warn!(
                 %error,
-                failures = self.failures,
+                failures,
                 "accepting a connection failed; waiting before the next accept (out of file descriptors? raise `ulimit -n`)"
             );
-            self.warned = Some(Instant::now());
-            self.failures = 0;
         }
         let pause = self.pause;
         self.pause = (self.pause * 2).min(Duration::from_secs(1));
@@ -163,8 +178,8 @@ pub(crate) struct ConnectionTable {
     epoch: Instant,
     next: AtomicU64,
     open: Mutex<HashMap<u64, Entry>>,
-    /// Refusals and evictions since the last warning, and when that was.
-    warned: Mutex<(u64, Option<Instant>)>,
+    /// Refusals and evictions, said now and then.
+    warning: OccasionalWarning,
 }
 
 /// A connection's place in the [`ConnectionTable`], given up when dropped.
@@ -193,7 +208,7 @@ impl ConnectionTable {
             epoch: Instant::now(),
             next: AtomicU64::new(0),
             open: Mutex::default(),
-            warned: Mutex::default(),
+            warning: OccasionalWarning::default(),
         })
     }
 
@@ -264,20 +279,12 @@ impl ConnectionTable {
 
     /// One warning every 10 s at most, counting what happened in between.
     fn warn(&self, what: &str) {
-        let Ok(mut warned) = self.warned.lock() else {
-            return;
-        };
-        warned.0 += 1;
-        if warned
-            .1
-            .is_none_or(|at| at.elapsed() >= Duration::from_secs(10))
-        {
+        if let Some(times) = self.warning.due() {
             tracing::warn!(
-                times = warned.0,
+                times,
                 cap = self.max,
                 "{what} (at the connection cap; raise it with --max-connections)"
             );
-            *warned = (0, Some(Instant::now()));
         }
     }
 }
@@ -383,6 +390,14 @@ mod tests {
         let _busy_third = third.activity.busy();
         assert!(table.register().is_none());
         assert!(!second.stop.is_cancelled() && !third.stop.is_cancelled());
+    }
+
+    #[test]
+    fn an_occasional_warning_is_due_once_and_then_counts() {
+        let warning = OccasionalWarning::default();
+        assert_eq!(warning.due(), Some(1));
+        assert_eq!(warning.due(), None);
+        assert_eq!(warning.due(), None);
     }
 
     #[tokio::test]

@@ -29,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use crate::connections::{
-    AcceptBackoff, ConnectionTable, StallWatch, WRITE_STALL_TIMEOUT, default_max_connections,
+    AcceptBackoff, BusyGuard, ConnectionTable, OccasionalWarning, StallWatch, WRITE_STALL_TIMEOUT,
+    default_max_connections,
 };
 use crate::http_answers::{Body, Holding, plain, read_body, refused, too_many, unreadable_message};
 use crate::sealed_sessions::{SESSION_HEADER, SealedSessions};
@@ -177,7 +178,7 @@ where
         clients: Mutex::default(),
         in_flight,
         draining: AtomicBool::new(false),
-        refusals_logged: Mutex::default(),
+        refusal_warning: OccasionalWarning::default(),
         hosts,
         origins,
     });
@@ -222,12 +223,15 @@ where
                 let edge = edge.clone();
                 // Busy until the answer is handed to the socket, so a connection with an
                 // answer (or an open stream) is never the one closed to make room.
-                let busy = requests.busy();
+                let mut busy = Some(requests.busy());
                 async move {
-                    let response = route(request, &mut mcp, &edge, peer).await;
-                    Ok::<_, Infallible>(
-                        response.map(|inner| Holding { inner, _held: busy }.boxed()),
-                    )
+                    let response = route(request, &mut mcp, &edge, peer, &mut busy).await;
+                    // An MCP answer took the mark with its own bookkeeping (one wrapper, not
+                    // two, on the hot path); the edge's own answers get it here.
+                    Ok::<_, Infallible>(match busy {
+                        Some(busy) => response.map(|inner| Holding { inner, _held: busy }.boxed()),
+                        None => response,
+                    })
                 }
             });
             // A client that never finishes its headers (or sends none) holds a file
@@ -306,8 +310,8 @@ struct Edge {
     in_flight: watch::Sender<usize>,
     /// Shutdown has begun: `/readyz` says so.
     draining: AtomicBool,
-    /// Sessions refused since the last warning about them, and when that was.
-    refusals_logged: Mutex<(u64, Option<std::time::Instant>)>,
+    /// Refused sessions, said now and then (a flood of them must not flood the log).
+    refusal_warning: OccasionalWarning,
     /// Host names the endpoint answers to (rmcp checks them on the MCP path; the edge on the
     /// paths it serves itself).
     hosts: Vec<String>,
@@ -359,16 +363,8 @@ impl Edge {
         let id: rmcp::transport::streamable_http_server::session::SessionId = local.into();
         let _ = self.manager.close_session(&id).await;
         self.sessions.drop_fresh(local);
-        // One line every 10 s at most: a flood of refused sessions must not flood the log.
-        if let Ok(mut logged) = self.refusals_logged.lock() {
-            logged.0 += 1;
-            if logged
-                .1
-                .is_none_or(|at| at.elapsed() >= Duration::from_secs(10))
-            {
-                tracing::warn!(client, refused = logged.0, "{message}");
-                *logged = (0, Some(std::time::Instant::now()));
-            }
+        if let Some(refused) = self.refusal_warning.due() {
+            tracing::warn!(client, refused, "{message}");
         }
         let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
             "error": {"code": -32000, "message": message}});
@@ -554,11 +550,14 @@ async fn authenticate<B>(
     }
 }
 
+/// Answers one request; an MCP answer takes the connection's `busy` mark, held until the
+/// answer is sent.
 async fn route<M>(
     request: Request<Incoming>,
     mcp: &mut M,
     edge: &Arc<Edge>,
     peer: SocketAddr,
+    busy: &mut Option<BusyGuard>,
 ) -> Response<Body>
 where
     M: Service<Request<Full<Bytes>>, Response = Response<Body>, Error = Infallible>,
@@ -674,13 +673,8 @@ where
             }
             edge.seal_session_id(&mut response, owner.as_deref());
             edge.metrics.http_request(response.status().as_u16());
-            response.map(|inner| {
-                Holding {
-                    inner,
-                    _held: in_flight,
-                }
-                .boxed()
-            })
+            let held = (in_flight, busy.take());
+            response.map(|inner| Holding { inner, _held: held }.boxed())
         }
         other => plain(
             StatusCode::NOT_FOUND,
