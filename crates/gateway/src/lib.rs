@@ -6,6 +6,7 @@
 //! (progress, logs, list changes) reaches the client, and what servers ask of their client
 //! (sampling, elicitation) is relayed to the client whose call caused it.
 
+mod direct;
 mod traces;
 
 use std::collections::HashMap;
@@ -33,8 +34,8 @@ use tether_protocol::{
 };
 use tether_serve::serve::HeldQuestion;
 use tether_serve::{
-    CallOutcome, Caller, McpService, Readiness, ServeError, ServeMetrics, ServiceChange,
-    ServiceInfo,
+    CallOutcome, Caller, DirectAnswer, DirectCall, McpService, Principal, Readiness, ServeError,
+    ServeMetrics, ServiceChange, ServiceInfo,
 };
 use tokio::sync::{broadcast, mpsc};
 
@@ -69,7 +70,8 @@ impl Default for GatewayOptions {
 
 /// Callers with a tool call in flight, per upstream server, so a request that server makes of
 /// its client (sampling, elicitation) goes to the client whose call is running there.
-type CallsInFlight = Arc<Mutex<HashMap<String, Vec<(u64, Caller)>>>>;
+/// A call on the hot path has no caller: it cannot be asked about.
+type CallsInFlight = Arc<Mutex<HashMap<String, Vec<(u64, Option<Caller>)>>>>;
 
 /// The gateway's side of the upstream servers' requests and notices.
 struct GatewayHost {
@@ -86,7 +88,10 @@ impl GatewayHost {
             .lock()
             .map_err(|_| "the gateway's call table is unavailable".to_string())?;
         match calls.get(server).map(Vec::as_slice) {
-            Some([(_, caller)]) => Ok(caller.clone()),
+            Some([(_, Some(caller))]) => Ok(caller.clone()),
+            Some([(_, None)]) => Err(format!(
+                "server \"{server}\" asked its client during a call that took the gateway's hot path, whose client cannot be asked"
+            )),
             Some([_, _, ..]) => Err(format!(
                 "server \"{server}\" has several calls in flight through the gateway; cannot tell which client to ask"
             )),
@@ -141,6 +146,9 @@ pub struct Gateway {
     resource_owners: Mutex<HashMap<String, String>>,
     /// Calls held across a 2026-07-28 client's input rounds, by the token in its request state.
     held: Mutex<HashMap<String, HeldCall>>,
+    /// Whether spans are exported (OTLP configured): then every call takes the full path,
+    /// which makes them.
+    traced: bool,
 }
 
 /// A tool call on a legacy-era server held across a 2026-07-28 client's input rounds: the
@@ -235,6 +243,12 @@ impl Gateway {
             next_call: AtomicU64::new(0),
             resource_owners: Mutex::default(),
             held: Mutex::default(),
+            traced: [
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty())),
         });
         tokio::spawn(relay_notices(Arc::downgrade(&gateway), receiver));
         Ok((gateway, failures))
@@ -302,7 +316,8 @@ impl Gateway {
         let connection = self.connection(server)?;
         let started = std::time::Instant::now();
         let id = self.next_call.fetch_add(1, Ordering::Relaxed);
-        let _registered = InFlightGuard::register(&self.in_flight, server, id, caller.clone());
+        let _registered =
+            InFlightGuard::register(&self.in_flight, server, id, Some(caller.clone()));
         let (progress, relayed) = caller.progress().unzip();
         let call = |traceparent| {
             let forwarding = Forwarding {
@@ -603,7 +618,7 @@ struct InFlightGuard<'a> {
 }
 
 impl<'a> InFlightGuard<'a> {
-    fn register(table: &'a CallsInFlight, server: &str, id: u64, caller: Caller) -> Self {
+    fn register(table: &'a CallsInFlight, server: &str, id: u64, caller: Option<Caller>) -> Self {
         if let Ok(mut calls) = table.lock() {
             calls
                 .entry(server.to_string())
@@ -749,9 +764,21 @@ impl GatewaySession {
     /// a client does with tools (listing, searching, `mcp_query`, calling) goes through this
     /// view, so a tool outside it does not exist for that client.
     fn snapshot_for(&self, caller: &Caller) -> Arc<Snapshot> {
+        self.snapshot_view(caller.principal(), || {
+            caller.declared_extension(MCP_APPS_EXTENSION)
+        })
+    }
+
+    /// [`snapshot_for`](Self::snapshot_for) of a client known by its principal and whether
+    /// it runs MCP Apps.
+    fn snapshot_view(
+        &self,
+        principal: Option<&Principal>,
+        runs_apps: impl FnOnce() -> bool,
+    ) -> Arc<Snapshot> {
         let full = self.gateway.catalog.snapshot();
-        let globs = caller.principal().and_then(|p| p.allowed_tools.as_ref());
-        let hide_apps = full.has_app_only_tools() && !caller.declared_extension(MCP_APPS_EXTENSION);
+        let globs = principal.and_then(|p| p.allowed_tools.as_ref());
+        let hide_apps = full.has_app_only_tools() && !runs_apps();
         if globs.is_none() && !hide_apps {
             return full;
         }
@@ -768,7 +795,7 @@ impl GatewaySession {
             .iter()
             .filter(|t| !hide_apps || t.tool.for_model())
             .filter(|t| {
-                let Some(principal) = caller.principal() else {
+                let Some(principal) = principal else {
                     return true;
                 };
                 let exposed = self.gateway.exposed(&t.server, &t.tool.name);
@@ -1213,6 +1240,10 @@ impl McpService for GatewaySession {
             self.call_tool_untraced(name, arguments, caller),
         )
         .await
+    }
+
+    async fn direct_call(&self, call: DirectCall<'_>) -> DirectAnswer {
+        self.direct(call).await
     }
 
     async fn list_resources(&self, caller: &Caller) -> Result<Vec<Resource>, ServeError> {

@@ -48,6 +48,42 @@ use crate::input_rounds::{self, Forwarding, InputRequired, Reply};
 use crate::person_wait::{PauseClock, PausingHost};
 use crate::stdio::StdioProcess;
 
+/// What a direct call ([`ServerConnection::call_direct`]) came back with.
+#[derive(Debug)]
+pub enum DirectReply {
+    /// The server's result, exactly as it wrote it.
+    Result(Box<serde_json::value::RawValue>),
+    /// An answer only the full path handles (questions for the client): call again that way.
+    FullPath,
+}
+
+/// The `_meta` of a modern request from this session's client as rmcp sends it, in two parts:
+/// the object's text up to (not including) its client capabilities and closing brace, and our
+/// own capabilities' text, so that a call made for another client can carry that client's.
+fn modern_meta(session: &Session) -> (String, String) {
+    use rmcp::handler::client::ClientHandler;
+    let info = session.client.service().get_info();
+    let version = session
+        .client
+        .peer()
+        .peer_info()
+        .map(|server| server.protocol_version.clone())
+        .unwrap_or(info.protocol_version);
+    let mut meta = Map::new();
+    meta.insert(
+        "io.modelcontextprotocol/protocolVersion".into(),
+        Value::String(version.to_string()),
+    );
+    meta.insert(
+        "io.modelcontextprotocol/clientInfo".into(),
+        serde_json::to_value(&info.client_info).unwrap_or_default(),
+    );
+    let mut start = Value::Object(meta).to_string();
+    start.pop();
+    let capabilities = serde_json::to_string(&info.capabilities).unwrap_or_else(|_| "{}".into());
+    (start, capabilities)
+}
+
 /// JSON-RPC error code of "URL elicitation required" (MCP 2025-11-25).
 const URL_ELICITATION_REQUIRED: i32 = -32042;
 /// The first protocol version of the modern (stateless) era.
@@ -85,6 +121,9 @@ pub struct ServerConnection {
 struct Session {
     client: RunningService<RoleClient, ClientSession>,
     process: Option<StdioProcess>,
+    /// The `_meta` a modern server needs on each direct call (protocol version, client info
+    /// and capabilities), as JSON text; made on the first one.
+    direct_meta: std::sync::OnceLock<(String, String)>,
 }
 
 impl Session {
@@ -609,7 +648,12 @@ async fn open_session(
             }
         }
     }
-    Ok((Session { client, process }, summary))
+    let session = Session {
+        client,
+        process,
+        direct_meta: std::sync::OnceLock::new(),
+    };
+    Ok((session, summary))
 }
 
 impl ServerConnection {
@@ -777,6 +821,152 @@ impl ServerConnection {
         serde_json::from_value(result)
             .map(Reply::Complete)
             .map_err(|e| self.schema_mismatch(&operation, e))
+    }
+
+    /// Whether a call of `tool` may take the direct lane ([`call_direct`](Self::call_direct)):
+    /// a stdio server that offers the tool (config filters) and declares no tasks, so that no
+    /// answer of it needs rmcp's task handling.
+    pub fn takes_direct_calls(&self, tool: &str) -> bool {
+        matches!(self.config.transport, Transport::Stdio { .. })
+            && self.config.offers_tool(tool)
+            && !self.summary.has_capability("tasks")
+            && !self
+                .task_tools
+                .lock()
+                .map_or(true, |tools| tools.contains(tool))
+    }
+
+    /// Calls `tool` past rmcp: the arguments go up as the client sent them (a JSON object's
+    /// text), the server's result comes back as it wrote it, undecoded. For the gateway's hot
+    /// path; only where [`takes_direct_calls`](Self::takes_direct_calls) said so. The server's
+    /// JSON-RPC errors, timeouts and exits are the same [`McpError`]s as
+    /// [`call_tool_for`](Self::call_tool_for)'s. A modern server is asked to log at
+    /// `log_level` (the client's, else the config's) and told `client_capabilities` (a
+    /// 2026-07-28 client's, as it sent them, who then gets the server's questions in the
+    /// result to answer itself; else ours). Progress the server reports goes to `progress`.
+    pub async fn call_direct(
+        &self,
+        tool: &str,
+        arguments: Option<&serde_json::value::RawValue>,
+        log_level: Option<&str>,
+        client_capabilities: Option<&serde_json::value::RawValue>,
+        progress: Option<UnboundedSender<Progress>>,
+    ) -> Result<DirectReply, McpError> {
+        let session = self.live().await?;
+        let Some(lane) = session.process.as_ref().map(|p| p.lane().clone()) else {
+            return Ok(DirectReply::FullPath);
+        };
+        // The `_meta` entries, comma-separated, without braces.
+        let mut meta = String::new();
+        if self.summary.era == ProtocolEra::Modern {
+            let (start, ours) = session.direct_meta.get_or_init(|| modern_meta(&session));
+            let level = log_level.map(str::to_string).or_else(|| {
+                self.log_level
+                    .and_then(|l| serde_json::to_value(l).ok())
+                    .and_then(|l| l.as_str().map(str::to_string))
+            });
+            let capabilities = client_capabilities.map_or(ours.as_str(), |c| c.get());
+            meta.reserve(start.len() + capabilities.len() + 80);
+            meta.push_str(start.strip_prefix('{').unwrap_or(start));
+            meta.push_str(",\"io.modelcontextprotocol/clientCapabilities\":");
+            meta.push_str(capabilities);
+            if let Some(level) = level {
+                meta.push_str(",\"io.modelcontextprotocol/logLevel\":");
+                meta.push_str(&Value::String(level).to_string());
+            }
+        }
+        let name = serde_json::to_string(tool).unwrap_or_default();
+        // The call's id is its progress token; the lane routes its progress.
+        let wants_progress = progress.is_some();
+        let write = |line: &mut Vec<u8>, id: &str| {
+            line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+            line.extend_from_slice(id.as_bytes());
+            line.extend_from_slice(b",\"method\":\"tools/call\",\"params\":{\"name\":");
+            line.extend_from_slice(name.as_bytes());
+            if let Some(arguments) = arguments {
+                line.extend_from_slice(b",\"arguments\":");
+                line.extend_from_slice(arguments.get().as_bytes());
+            }
+            if wants_progress {
+                if !meta.is_empty() {
+                    meta.push(',');
+                }
+                meta.push_str("\"progressToken\":");
+                meta.push_str(id);
+            }
+            if !meta.is_empty() {
+                line.extend_from_slice(b",\"_meta\":{");
+                line.extend_from_slice(meta.as_bytes());
+                line.push(b'}');
+            }
+            line.extend_from_slice(b"}}");
+        };
+        let operation = format!("tool \"{tool}\"");
+        let answer =
+            match tokio::time::timeout(self.config.timeout, lane.call(write, progress)).await {
+                Ok(Ok(line)) => line,
+                Ok(Err(crate::direct_lane::LaneError::NotReading)) => {
+                    return Err(McpError::Unreachable {
+                        server: self.config.name.clone(),
+                        detail: format!(
+                            "{operation}: the server has not read the last 16 MB it was sent"
+                        ),
+                    });
+                }
+                Ok(Err(crate::direct_lane::LaneError::Closed)) => {
+                    return Err(McpError::Unreachable {
+                        server: self.config.name.clone(),
+                        detail: format!("{operation}: {}", session.why_gone().await),
+                    });
+                }
+                Err(_) => {
+                    return Err(McpError::Timeout {
+                        server: self.config.name.clone(),
+                        operation,
+                        after: self.config.timeout,
+                        hint: None,
+                    });
+                }
+            };
+        #[derive(serde::Deserialize)]
+        struct Answer<'a> {
+            #[serde(borrow)]
+            result: Option<&'a serde_json::value::RawValue>,
+            error: Option<rmcp::model::ErrorData>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Kind<'a> {
+            #[serde(rename = "resultType", borrow)]
+            result_type: Option<std::borrow::Cow<'a, str>>,
+        }
+        let answer: Answer<'_> =
+            serde_json::from_slice(&answer).map_err(|e| self.schema_mismatch(&operation, e))?;
+        match (answer.result, answer.error) {
+            (_, Some(error)) => {
+                self.outcome::<DirectReply>(
+                    &session,
+                    &operation,
+                    Err(ServiceError::McpError(error)),
+                )
+                .await
+            }
+            (Some(result), None) => {
+                let kind: Kind<'_> = serde_json::from_str(result.get())
+                    .map_err(|e| self.schema_mismatch(&operation, e))?;
+                // Questions for the client (2026-07-28): a modern client answers them itself in its
+                // retry; for anyone else rmcp's rounds answer them, on the full path.
+                if kind.result_type.is_some_and(|t| t != "complete")
+                    && client_capabilities.is_none()
+                {
+                    return Ok(DirectReply::FullPath);
+                }
+                Ok(DirectReply::Result(result.to_owned()))
+            }
+            (None, None) => Err(self.schema_mismatch(
+                &operation,
+                "its answer has neither \"result\" nor \"error\"",
+            )),
+        }
     }
 
     /// The error for an input-required result that reached a caller with no client to ask.
@@ -1246,7 +1436,10 @@ impl ServerConnection {
         let _ = tokio::time::timeout(Duration::from_secs(2), join_all(pending)).await;
         // Nothing else holds the session once the connection is given up by value, except a
         // call future someone leaked; then dropping our handle is all we can do.
-        let Ok(Session { client, process }) = Arc::try_unwrap(session) else {
+        let Ok(Session {
+            client, process, ..
+        }) = Arc::try_unwrap(session)
+        else {
             return;
         };
         let _ = tokio::time::timeout(Duration::from_secs(2), client.cancel()).await;
@@ -1447,7 +1640,7 @@ impl ServerConnection {
             .map_err(|e| self.schema_mismatch(operation, e))
     }
 
-    fn schema_mismatch(&self, operation: &str, error: serde_json::Error) -> McpError {
+    fn schema_mismatch(&self, operation: &str, error: impl std::fmt::Display) -> McpError {
         McpError::Unreachable {
             server: self.config.name.clone(),
             detail: format!(

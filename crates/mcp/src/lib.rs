@@ -7,6 +7,7 @@ pub mod auth;
 pub mod client;
 pub mod config;
 pub mod connection;
+pub mod direct_lane;
 pub mod error;
 pub mod http_client;
 pub mod input_rounds;
@@ -26,7 +27,7 @@ pub use client::{
     TaskState,
 };
 pub use config::{Config, SamplingPolicy, ServerConfig, Transport};
-pub use connection::{Completion, ServerConnection};
+pub use connection::{Completion, DirectReply, ServerConnection};
 pub use error::{ErrorClass, McpError};
 pub use registry::{ServerEntry, ServerRegistry, ServerState};
 pub use router::ToolRouter;

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
-use tokio::process::{ChildStdin, Command};
+use tokio::process::Command;
+
+use crate::direct_lane::DirectLane;
 use tokio::sync::{oneshot, watch};
 
 use crate::error::McpError;
@@ -121,10 +123,12 @@ pub(crate) struct StdioProcess {
     exit: watch::Receiver<Option<String>>,
     /// The process group (the leader's pid), to ask it to stop.
     group: Option<u32>,
+    /// The way past rmcp onto the same pipes, for the gateway's plain calls.
+    lane: Arc<DirectLane>,
 }
 
 /// The two ends rmcp talks through: filtered stdout and the child's stdin.
-pub(crate) type StdioPipes = (DuplexStream, ChildStdin);
+pub(crate) type StdioPipes = (DuplexStream, crate::direct_lane::LineSink);
 
 impl StdioProcess {
     /// Starts `command` and its pumps.
@@ -193,11 +197,13 @@ impl StdioProcess {
         // Only lines that parse as JSON go on to rmcp; anything else is remembered for the
         // error message and logged, so one stray print does not kill the session.
         let (json_writer, json_reader) = tokio::io::duplex(256 * 1024);
+        let (lane, sink) = DirectLane::start(stdin);
         tokio::spawn(pump_stdout(
             server.to_string(),
             stdout,
             json_writer,
             diagnostics.clone(),
+            lane.clone(),
         ));
         tokio::spawn(pump_stderr(server.to_string(), stderr, diagnostics.clone()));
 
@@ -232,8 +238,14 @@ impl StdioProcess {
             kill: Some(kill_tx),
             exit: exit_rx,
             group: group_id,
+            lane,
         };
-        Ok((process, (json_reader, stdin)))
+        Ok((process, (json_reader, sink)))
+    }
+
+    /// The direct lane onto this process's pipes.
+    pub(crate) fn lane(&self) -> &Arc<DirectLane> {
+        &self.lane
     }
 
     /// What the process did that is worth telling the user, if anything.
@@ -317,6 +329,7 @@ async fn pump_stdout(
     stdout: tokio::process::ChildStdout,
     mut json_writer: DuplexStream,
     diagnostics: Arc<Mutex<Diagnostics>>,
+    lane: Arc<DirectLane>,
 ) {
     let mut reader = BufReader::new(stdout);
     let mut line = Vec::with_capacity(4096);
@@ -381,13 +394,23 @@ async fn pump_stdout(
             }
         };
         if let Some(message) = forwarded
+            && !(lane.waits() && claimed(&lane, &message))
             && (json_writer.write_all(&message).await.is_err()
                 || json_writer.write_all(b"\n").await.is_err())
         {
             break;
         }
     }
+    lane.close();
     let _ = json_writer.shutdown().await;
+}
+
+/// Whether the direct lane takes `message`: an answer to one of its calls, or their progress.
+fn claimed(lane: &DirectLane, message: &[u8]) -> bool {
+    match top_level_id(message) {
+        Some(id) => lane.claim(&id, message),
+        None => lane.claim_progress(message),
+    }
 }
 
 /// What one stdout line is.

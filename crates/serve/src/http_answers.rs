@@ -50,12 +50,12 @@ impl<T: Send + Sync + Unpin + 'static> http_body::Body for Holding<T> {
     }
 }
 
-/// `request` with its body read whole: at most `max` bytes, within [`BODY_READ_TIMEOUT`];
+/// `request` with its body read whole (and the body's bytes, for the edge's own reading): at most `max` bytes, within [`BODY_READ_TIMEOUT`];
 /// otherwise the answer that says which limit the client ran into (413 or 408).
 pub(crate) async fn read_body(
     request: Request<Incoming>,
     max: usize,
-) -> Result<Request<Full<Bytes>>, Response<Body>> {
+) -> Result<(Request<Full<Bytes>>, Bytes), Response<Body>> {
     let (parts, body) = request.into_parts();
     let too_large = || {
         plain(
@@ -73,7 +73,10 @@ pub(crate) async fn read_body(
     }
     let limited = http_body_util::Limited::new(body, max);
     match tokio::time::timeout(BODY_READ_TIMEOUT, limited.collect()).await {
-        Ok(Ok(collected)) => Ok(Request::from_parts(parts, Full::new(collected.to_bytes()))),
+        Ok(Ok(collected)) => {
+            let bytes = collected.to_bytes();
+            Ok((Request::from_parts(parts, Full::new(bytes.clone())), bytes))
+        }
         Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
         Ok(Err(error)) => Err(plain(
             StatusCode::BAD_REQUEST,

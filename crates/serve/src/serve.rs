@@ -33,6 +33,10 @@ use tether_mcp::client::{ElicitationAnswer, ElicitationRequest, Progress};
 use tether_mcp::connection::Completion;
 use tether_mcp::input_rounds::{Forwarding, InputRequired, InputRound};
 
+use serde_json::value::RawValue;
+
+use crate::serve_auth::Principal;
+
 /// What a served server announces about itself.
 #[derive(Debug, Clone, Default)]
 pub struct ServiceInfo {
@@ -101,7 +105,7 @@ pub enum ServeError {
 }
 
 impl ServeError {
-    fn into_error_data(self) -> ErrorData {
+    pub(crate) fn into_error_data(self) -> ErrorData {
         let message = self.to_string();
         match self {
             ServeError::NotFound { .. } | ServeError::InvalidParams(_) => {
@@ -548,6 +552,51 @@ impl Caller {
     }
 }
 
+/// A plain `tools/call` as the edge read it.
+#[derive(Debug)]
+pub struct DirectCall<'a> {
+    /// The tool, as the client named it.
+    pub name: &'a str,
+    /// The arguments as the client sent them (a JSON object's text).
+    pub arguments: Option<&'a RawValue>,
+    /// Who sent it, when the endpoint authenticates.
+    pub principal: Option<&'a Principal>,
+    /// What the client declared: at `initialize` for a session's client, on the request for a
+    /// 2026-07-28 one (wire JSON).
+    pub client_capabilities: &'a Value,
+    /// What a 2026-07-28 request carries besides (`None` for a session's call).
+    pub modern: Option<ModernRequest<'a>>,
+    /// Where the call's progress goes, when the client asked for it.
+    pub progress: Option<UnboundedSender<Progress>>,
+}
+
+/// The `_meta` of a 2026-07-28 request that a call passes on upstream.
+#[derive(Debug)]
+pub struct ModernRequest<'a> {
+    /// The client's capabilities as it sent them.
+    pub client_capabilities: &'a RawValue,
+    /// The level it wants logs at, if it said.
+    pub log_level: Option<&'a str>,
+}
+
+/// What the service made of a [`DirectCall`].
+#[derive(Debug)]
+pub enum DirectAnswer {
+    /// The call's result (wire JSON), sent back as it is.
+    Result(Box<RawValue>),
+    /// A JSON-RPC error for the client.
+    Error(ServeError),
+    /// The full path must take it.
+    FullPath,
+}
+
+/// Where an HTTP session's service enters itself once its client is initialized, so the
+/// edge's hot path can find it by session id.
+pub(crate) trait SessionListing<S: ?Sized>: Send + Sync {
+    /// Enters session `id`, served by `service`, whose client declared `capabilities`.
+    fn register(&self, id: &str, service: &Arc<S>, capabilities: Value);
+}
+
 /// What a server built on Tether offers. Every list is returned whole (the adapter pages
 /// nothing: Tether's lists are in memory); errors become JSON-RPC errors, while a tool that
 /// ran and failed is an `Ok` result with `is_error`.
@@ -557,6 +606,12 @@ pub trait McpService: Send + Sync + 'static {
     fn info(&self) -> ServiceInfo;
     /// The tools to list now for `caller` (whose principal may be allowed only some).
     async fn list_tools(&self, caller: &Caller) -> Result<Vec<Tool>, ServeError>;
+    /// Runs a plain `tools/call` of an HTTP session's client on the hot path, its arguments
+    /// undecoded ([`crate::direct_calls`]); [`DirectAnswer::FullPath`] (the default) sends it
+    /// to [`call_tool`](Self::call_tool) instead, as rmcp decodes it.
+    async fn direct_call(&self, _call: DirectCall<'_>) -> DirectAnswer {
+        DirectAnswer::FullPath
+    }
     /// Runs a tool.
     async fn call_tool(
         &self,
@@ -644,6 +699,9 @@ pub trait McpService: Send + Sync + 'static {
 /// Any [`McpService`] as an rmcp server.
 pub struct ServedService<S: ?Sized> {
     service: Arc<S>,
+    /// Where an HTTP session enters itself once its client is initialized, for the edge's
+    /// hot path (`None` on stdio).
+    directory: Option<Arc<dyn SessionListing<S>>>,
     /// Calls running as tasks (2026-07-28 tasks extension), shared by every session of the
     /// service so a poll may arrive on any of them.
     tasks: TaskManager,
@@ -654,8 +712,15 @@ impl<S: McpService + ?Sized> ServedService<S> {
     pub fn new(service: Arc<S>) -> ServedService<S> {
         ServedService {
             service,
+            directory: None,
             tasks: TaskManager::new(),
         }
+    }
+
+    /// This service, entered in `directory` when its session's client is initialized.
+    pub(crate) fn listed_in(mut self, directory: Arc<dyn SessionListing<S>>) -> ServedService<S> {
+        self.directory = Some(directory);
+        self
     }
 }
 
@@ -663,6 +728,7 @@ impl<S: ?Sized> Clone for ServedService<S> {
     fn clone(&self) -> Self {
         ServedService {
             service: self.service.clone(),
+            directory: self.directory.clone(),
             tasks: self.tasks.clone(),
         }
     }
@@ -826,6 +892,20 @@ impl<S: McpService + ?Sized> ServerHandler for ServedService<S> {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(directory) = &self.directory
+            && let Some(parts) = context.extensions.get::<http::request::Parts>()
+            && let Some(id) = parts
+                .headers
+                .get(crate::sealed_sessions::SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+        {
+            let capabilities = context
+                .peer
+                .peer_info()
+                .and_then(|info| serde_json::to_value(&info.capabilities).ok())
+                .unwrap_or(Value::Null);
+            directory.register(id, &self.service, capabilities);
+        }
         self.relay_changes(context.peer);
     }
 

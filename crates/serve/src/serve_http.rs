@@ -32,6 +32,7 @@ use crate::connections::{
     AcceptBackoff, BusyGuard, ConnectionTable, OccasionalWarning, StallWatch, WRITE_STALL_TIMEOUT,
     default_max_connections,
 };
+use crate::direct_calls::{self, SessionDirectory};
 use crate::http_answers::{Body, Holding, plain, read_body, refused, too_many, unreadable_message};
 use crate::sealed_sessions::{SESSION_HEADER, SealedSessions};
 use crate::serve::{McpService, ServedService};
@@ -151,8 +152,14 @@ where
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(options.session_idle);
     let manager = Arc::new(manager);
+    let factory: direct_calls::Factory<S> = Arc::new(factory);
+    let directory = Arc::new(SessionDirectory::<S>::new(
+        options.session_idle,
+        factory.clone(),
+    ));
+    let listed = directory.clone();
     let mcp = StreamableHttpService::new(
-        move || Ok(ServedService::new(factory())),
+        move || Ok(ServedService::new(factory()).listed_in(listed.clone())),
         manager.clone(),
         config,
     );
@@ -212,6 +219,7 @@ where
         connections.within_cap().await;
         let mcp = mcp.clone();
         let edge = edge.clone();
+        let directory = directory.clone();
         let shutdown = hard_stop.clone();
         let stall = options.write_stall_timeout;
         let edge_metrics = edge.metrics.clone();
@@ -221,11 +229,13 @@ where
             let service = hyper::service::service_fn(move |request| {
                 let mut mcp = mcp.clone();
                 let edge = edge.clone();
+                let directory = directory.clone();
                 // Busy until the answer is handed to the socket, so a connection with an
                 // answer (or an open stream) is never the one closed to make room.
                 let mut busy = Some(requests.busy());
                 async move {
-                    let response = route(request, &mut mcp, &edge, peer, &mut busy).await;
+                    let response =
+                        route(request, &mut mcp, &edge, &directory, peer, &mut busy).await;
                     // An MCP answer took the mark with its own bookkeeping (one wrapper, not
                     // two, on the hot path); the edge's own answers get it here.
                     Ok::<_, Infallible>(match busy {
@@ -552,15 +562,17 @@ async fn authenticate<B>(
 
 /// Answers one request; an MCP answer takes the connection's `busy` mark, held until the
 /// answer is sent.
-async fn route<M>(
+async fn route<M, S>(
     request: Request<Incoming>,
     mcp: &mut M,
     edge: &Arc<Edge>,
+    directory: &SessionDirectory<S>,
     peer: SocketAddr,
     busy: &mut Option<BusyGuard>,
 ) -> Response<Body>
 where
     M: Service<Request<Full<Bytes>>, Response = Response<Body>, Error = Infallible>,
+    S: McpService + ?Sized,
 {
     match request.uri().path() {
         "/healthz" => plain(StatusCode::OK, "ok"),
@@ -612,8 +624,8 @@ where
                 .map_or_else(|| peer.ip().to_string(), |p| p.name.clone());
             // The body is read before the request counts as in flight, so a client that
             // sends it slowly holds only its connection, and that for BODY_READ_TIMEOUT.
-            let mut request = match read_body(request, edge.max_body_bytes).await {
-                Ok(request) => request,
+            let (mut request, body) = match read_body(request, edge.max_body_bytes).await {
+                Ok(read) => read,
                 Err(refusal) => {
                     edge.metrics.http_request(refusal.status().as_u16());
                     return refusal;
@@ -644,9 +656,36 @@ where
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.split(';').next())
                 .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"));
-            let mut response = match mcp.call(request).await {
-                Ok(response) => response,
-                Err(never) => match never {},
+            let session = request
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            // The checks rmcp makes of every request are made here for the hot path too (a
+            // request that fails them goes on to rmcp, which refuses it as it always has).
+            let direct = if !ends_session
+                && declared_json
+                && request.method() == hyper::Method::POST
+                && edge.rebinding_refusal(&request).is_none()
+            {
+                direct_calls::serve(directory, session.as_deref(), &request, &body).await
+            } else {
+                None
+            };
+            let mut response = match direct {
+                Some(response) => {
+                    edge.metrics.hot_path_call();
+                    response
+                }
+                None => {
+                    if let Some(session) = &session {
+                        directory.touch(session);
+                    }
+                    match mcp.call(request).await {
+                        Ok(response) => response,
+                        Err(never) => match never {},
+                    }
+                }
             };
             // rmcp answers a session's DELETE 202; the official Python SDK client takes
             // anything but 200 or 204 for a failure and logs it on every close. The session is

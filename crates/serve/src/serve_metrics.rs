@@ -39,6 +39,9 @@ impl CallOutcome {
 pub struct ServeMetrics {
     registry: Registry,
     http_requests: IntCounterVec,
+    /// `http_requests` with status 200, looked up once: most requests count there.
+    http_ok: prometheus::IntCounter,
+    hot_path: prometheus::IntCounter,
     throttled: IntCounterVec,
     in_flight: IntGauge,
     sessions: IntGauge,
@@ -121,6 +124,11 @@ impl ServeMetrics {
             &["server", "tool"],
         )
         .expect("a fixed, valid metric family");
+        let hot_path = prometheus::IntCounter::new(
+            "tether_http_hot_path_calls_total",
+            "Tool calls answered on the gateway's hot path (a plain call passed to a stdio server undecoded, past rmcp's session layer).",
+        )
+        .expect("a fixed, valid metric family");
         let upstream_up = IntGaugeVec::new(
             Opts::new(
                 "tether_upstream_up",
@@ -139,14 +147,18 @@ impl ServeMetrics {
             Box::new(tool_calls.clone()),
             Box::new(tool_seconds.clone()),
             Box::new(upstream_up.clone()),
+            Box::new(hot_path.clone()),
         ] {
             if let Err(error) = registry.register(collector) {
                 tracing::warn!(%error, "a metric family is not registered");
             }
         }
+        let http_ok = http_requests.with_label_values(&["200"]);
         Arc::new(ServeMetrics {
             registry,
             http_requests,
+            http_ok,
+            hot_path,
             throttled,
             in_flight,
             sessions,
@@ -160,9 +172,18 @@ impl ServeMetrics {
 
     /// Counts one answered HTTP request.
     pub fn http_request(&self, status: u16) {
+        if status == 200 {
+            self.http_ok.inc();
+            return;
+        }
         self.http_requests
             .with_label_values(&[&status.to_string()])
             .inc();
+    }
+
+    /// Counts a call answered on the hot path.
+    pub(crate) fn hot_path_call(&self) {
+        self.hot_path.inc();
     }
 
     /// Counts a request refused for too many in flight from `client`.

@@ -423,3 +423,80 @@ pub fn ts_acp_client() -> Command {
     command.arg(require(peers.join("clients/acp_client.mjs")));
     command
 }
+
+/// One raw HTTP/1.1 exchange with the MCP endpoint at `url` on a fresh connection (closed
+/// after the answer): `method` with `headers` (each a whole `Name: value` line) and `body`.
+/// Returns the status, the head's lines and the body (an SSE answer's body as its raw events,
+/// up to the first JSON-RPC message). Gives up after 30 s.
+pub fn raw_exchange(
+    url: &str,
+    method: &str,
+    headers: &[String],
+    body: &str,
+) -> (u16, Vec<String>, String) {
+    use std::io::{Read, Write};
+    let address = address_of(url);
+    let mut stream = std::net::TcpStream::connect(address).expect("the endpoint is up");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("a timeout can be set");
+    let mut head = format!(
+        "{method} /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for header in headers {
+        head.push_str(header);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(body.as_bytes()))
+        .expect("the request is sent");
+    let mut response = Vec::new();
+    let mut buffer = [0u8; 8192];
+    while let Ok(n) = stream.read(&mut buffer) {
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&buffer[..n]);
+        // An SSE answer may stay open after its message.
+        let text = String::from_utf8_lossy(&response);
+        if text.contains("event-stream") && text.contains("\"jsonrpc\"") && text.ends_with("\n\n") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let lines: Vec<String> = head.lines().map(str::to_string).collect();
+    let status = lines
+        .first()
+        .and_then(|l| l.get(9..12))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, lines, body.to_string())
+}
+
+/// The whole answer to `GET path` at the address of `url` (head and body), on a fresh
+/// connection.
+pub fn raw_get(url: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let address = address_of(url);
+    let mut stream = std::net::TcpStream::connect(address).expect("the endpoint is up");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("the request is sent");
+    let mut text = String::new();
+    stream.read_to_string(&mut text).expect("an answer");
+    text
+}
+
+/// The `host:port` of an `http://` URL.
+fn address_of(url: &str) -> &str {
+    url.trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+}

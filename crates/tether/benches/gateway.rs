@@ -1,10 +1,14 @@
 //! Gateway benchmark, run with `cargo bench -p tether --bench gateway` (or scripts/bench.sh).
 //!
-//! The same upstream (the built-in server, `tether builtin-server`, tool `add`) four ways:
-//! direct (Tether's client over stdio, the floor), through `tether serve --http --no-prefix`,
+//! The same upstream (the built-in server, `tether builtin-server`, tool `add`) five ways:
+//! direct (Tether's client over stdio), through the floor of an HTTP-to-stdio proxy on this
+//! machine (`floor.rs`: a hand-rolled HTTP/1.1 reader that swaps ids and passes lines, the
+//! least any proxy does), through `tether serve --http --no-prefix`,
 //! through the Rust `mcp-proxy` 0.6.0 (crates.io, on tower-mcp; built by
 //! scripts/install-peers.sh) and through `mcp-proxy` 0.13.0 (PyPI, the common Python
-//! stdio-to-HTTP proxy), over Streamable HTTP. At 1, 8, 32 and 64 concurrent clients (each its own session, making sequential calls) it prints
+//! stdio-to-HTTP proxy), over Streamable HTTP. At 1, 8, 32 and 64 concurrent clients (each its
+//! own session, or stateless 2026-07-28 requests where both ends speak them; 2,000 calls per
+//! cell after a warm-up) it prints
 //! calls/s and p50/p99 latency per target, median and spread over interleaved rounds, the
 //! gateway's overhead per call over direct, the CPU the gateway process itself spends per call
 //! (schedstat over its threads: what the gateway costs, apart from the HTTP client driving it),
@@ -16,6 +20,8 @@
 // Benchmarks and tests report to their runner: the binary's terminal sink is not theirs.
 #![allow(clippy::disallowed_macros)]
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
+
+mod floor;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -219,6 +225,8 @@ fn main() {
         config
     };
     let through_proxy = || ServerConfig::http("proxy", proxy.url.clone());
+    let floor_url = floor::start(tether(), &["builtin-server"]);
+    let through_floor = || ServerConfig::http("floor", floor_url.clone());
     let through_rust_proxy = || ServerConfig::http("rust-proxy", rust_proxy.url.clone());
     println!(
         "gateway: tools/call add on the built-in server, {rounds} interleaved rounds, median (min–max)"
@@ -231,8 +239,15 @@ fn main() {
     );
     let mut overhead_p50 = (0.0, 0.0);
     let gateway_pid = gateway_one.child.id();
-    for (clients, calls) in [(1usize, 400usize), (8, 60), (32, 16), (64, 10)] {
-        let (mut d, mut g, mut r, mut p) = (
+    let mut floor_p50 = 0.0;
+    let cells: &[(usize, usize)] = if quick {
+        &[(1, 500), (8, 63), (32, 16), (64, 8)]
+    } else {
+        &[(1, 2000), (8, 250), (32, 63), (64, 32)]
+    };
+    for &(clients, calls) in cells {
+        let (mut d, mut f, mut g, mut r, mut p) = (
+            Samples::default(),
             Samples::default(),
             Samples::default(),
             Samples::default(),
@@ -242,6 +257,7 @@ fn main() {
         for _ in 0..rounds {
             runtime.block_on(async {
                 d.add(load(direct, "add", true, clients, calls).await);
+                f.add(load(through_floor, "add", false, clients, calls).await);
                 let before = cpu_ns(gateway_pid);
                 g.add(load(through_gateway, "add", false, clients, calls).await);
                 // Connecting and warming up are in the window too, so this is an upper bound.
@@ -256,6 +272,7 @@ fn main() {
         println!("  {clients} client(s), {calls} calls each:");
         for (name, s) in [
             ("direct (stdio)", &d),
+            ("floor (HTTP to stdio)", &f),
             ("tether serve", &g),
             ("mcp-proxy 0.6.0 (Rust)", &r),
             ("mcp-proxy 0.13.0 (Py)", &p),
@@ -277,6 +294,7 @@ fn main() {
             "    gateway CPU per call (its own threads, not the client's or upstream's): {cpu:.0} µs ({cpu_lo:.0}–{cpu_hi:.0})"
         );
         if clients == 1 {
+            floor_p50 = spread(&f.p50).0 - spread(&d.p50).0;
             overhead_p50 = (
                 spread(&g.p50).0 - spread(&d.p50).0,
                 spread(&r.p50).0 - spread(&d.p50).0,
@@ -286,6 +304,10 @@ fn main() {
     println!(
         "added latency over direct at 1 client, p50 per call (HTTP and the proxy together): tether serve {:.0} µs, Rust mcp-proxy {:.0} µs (goals: at most the Rust proxy's, and under 100 µs)",
         overhead_p50.0, overhead_p50.1
+    );
+    println!(
+        "the floor (one HTTP request in and out on loopback, one line to the child and back) adds {floor_p50:.0} µs over direct: tether serve is {:.0} µs above it",
+        overhead_p50.0 - floor_p50
     );
     drop(gateway_one);
     drop(proxy);

@@ -391,16 +391,7 @@ fn a_thousand_idle_sockets_leave_the_gateway_answering_others() {
 
 /// A plain GET of `path` on the gateway, its whole answer.
 fn get(url: &str, path: &str) -> String {
-    let address = url.trim_start_matches("http://").split('/').next().unwrap();
-    let mut stream = TcpStream::connect(address).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    text
+    test_support::raw_get(url, path)
 }
 
 /// Request bodies sent slowly hold their connections, not their client's requests in flight:
