@@ -51,6 +51,10 @@ impl Drop for Endpoint {
 fn gateway(upstreams: usize) -> Endpoint {
     let mut command = Command::new(tether());
     command.args(["serve", "--http", "127.0.0.1:0", "--max-in-flight", "1024"]);
+    // For trying the gateway's runtime with another number of worker threads.
+    if let Ok(workers) = std::env::var("TETHER_BENCH_GATEWAY_WORKERS") {
+        command.env("TOKIO_WORKER_THREADS", workers);
+    }
     if upstreams == 1 {
         command.arg("--no-prefix");
     }
@@ -219,9 +223,15 @@ fn main() {
         &["builtin-server"],
     );
     let direct = || ServerConfig::stdio("b", tether(), vec!["builtin-server".into()]);
+    // Stateless 2026-07-28 requests (what the client negotiates) and 2025-11-25 sessions.
     let through_gateway = || {
         let mut config = ServerConfig::http("gateway", gateway_one.url.clone());
         config.protocol_version = std::env::var("TETHER_BENCH_ERA").ok();
+        config
+    };
+    let through_gateway_sessions = || {
+        let mut config = ServerConfig::http("gateway", gateway_one.url.clone());
+        config.protocol_version = Some("2025-11-25".into());
         config
     };
     let through_proxy = || ServerConfig::http("proxy", proxy.url.clone());
@@ -237,7 +247,7 @@ fn main() {
             .unwrap_or_default()
             .trim()
     );
-    let mut overhead_p50 = (0.0, 0.0);
+    let mut overhead_p50 = (0.0, 0.0, 0.0);
     let gateway_pid = gateway_one.child.id();
     let mut floor_p50 = 0.0;
     let cells: &[(usize, usize)] = if quick {
@@ -246,25 +256,29 @@ fn main() {
         &[(1, 2000), (8, 250), (32, 63), (64, 32)]
     };
     for &(clients, calls) in cells {
-        let (mut d, mut f, mut g, mut r, mut p) = (
+        let (mut d, mut f, mut g, mut gs, mut r, mut p) = (
+            Samples::default(),
             Samples::default(),
             Samples::default(),
             Samples::default(),
             Samples::default(),
             Samples::default(),
         );
-        let mut gateway_cpu = Vec::new();
+        let (mut gateway_cpu, mut session_cpu) = (Vec::new(), Vec::new());
+        // Connecting and warming up are in the window too, so this is an upper bound.
+        let per_call = |before: u64| {
+            (cpu_ns(gateway_pid) - before) as f64 / ((clients * (calls + 5)) as f64) / 1000.0
+        };
         for _ in 0..rounds {
             runtime.block_on(async {
                 d.add(load(direct, "add", true, clients, calls).await);
                 f.add(load(through_floor, "add", false, clients, calls).await);
                 let before = cpu_ns(gateway_pid);
                 g.add(load(through_gateway, "add", false, clients, calls).await);
-                // Connecting and warming up are in the window too, so this is an upper bound.
-                let per_call = (cpu_ns(gateway_pid) - before) as f64
-                    / ((clients * (calls + 5)) as f64)
-                    / 1000.0;
-                gateway_cpu.push(per_call);
+                gateway_cpu.push(per_call(before));
+                let before = cpu_ns(gateway_pid);
+                gs.add(load(through_gateway_sessions, "add", false, clients, calls).await);
+                session_cpu.push(per_call(before));
                 r.add(load(through_rust_proxy, "b/add", false, clients, calls).await);
                 p.add(load(through_proxy, "add", false, clients, calls).await);
             });
@@ -274,6 +288,7 @@ fn main() {
             ("direct (stdio)", &d),
             ("floor (HTTP to stdio)", &f),
             ("tether serve", &g),
+            ("tether serve, sessions", &gs),
             ("mcp-proxy 0.6.0 (Rust)", &r),
             ("mcp-proxy 0.13.0 (Py)", &p),
         ] {
@@ -285,25 +300,28 @@ fn main() {
             );
         }
         let ratio = spread(&g.rate).0 / spread(&r.rate).0;
+        let session_ratio = spread(&gs.rate).0 / spread(&r.rate).0;
         let py_ratio = spread(&g.rate).0 / spread(&p.rate).0;
         println!(
-            "    tether serve throughput: {ratio:.2}x the Rust mcp-proxy's (goal ≥ 1.5x at 8 and 32), {py_ratio:.2}x the Python one's"
+            "    tether serve throughput: {ratio:.2}x the Rust mcp-proxy's, {session_ratio:.2}x with sessions (goal ≥ 1.5x at 8 and 32), {py_ratio:.2}x the Python one's"
         );
         let (cpu, cpu_lo, cpu_hi) = spread(&gateway_cpu);
+        let (scpu, scpu_lo, scpu_hi) = spread(&session_cpu);
         println!(
-            "    gateway CPU per call (its own threads, not the client's or upstream's): {cpu:.0} µs ({cpu_lo:.0}–{cpu_hi:.0})"
+            "    gateway CPU per call (its own threads, not the client's or upstream's): {cpu:.0} µs ({cpu_lo:.0}–{cpu_hi:.0}); with sessions {scpu:.0} µs ({scpu_lo:.0}–{scpu_hi:.0})"
         );
         if clients == 1 {
             floor_p50 = spread(&f.p50).0 - spread(&d.p50).0;
             overhead_p50 = (
                 spread(&g.p50).0 - spread(&d.p50).0,
                 spread(&r.p50).0 - spread(&d.p50).0,
+                spread(&gs.p50).0 - spread(&d.p50).0,
             );
         }
     }
     println!(
-        "added latency over direct at 1 client, p50 per call (HTTP and the proxy together): tether serve {:.0} µs, Rust mcp-proxy {:.0} µs (goals: at most the Rust proxy's, and under 100 µs)",
-        overhead_p50.0, overhead_p50.1
+        "added latency over direct at 1 client, p50 per call (HTTP and the proxy together): tether serve {:.0} µs ({:.0} µs with sessions), Rust mcp-proxy {:.0} µs (goals: at most the Rust proxy's, and under 100 µs)",
+        overhead_p50.0, overhead_p50.2, overhead_p50.1
     );
     println!(
         "the floor (one HTTP request in and out on loopback, one line to the child and back) adds {floor_p50:.0} µs over direct: tether serve is {:.0} µs above it",
