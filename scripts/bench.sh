@@ -6,8 +6,9 @@
 #           servers and the first request with one slow server; peak RSS of run and chat
 #   local — embedded-model tool-call accuracy with and without grammar; tokens/s vs llama-bench
 #   search — tool-search recall and speed over the BFCL v4 fixture (1,853 tools); tokens per mode
-#   gateway — `tether serve` vs direct vs the Rust mcp-proxy 0.6.0 (install-peers.sh builds it)
-#             and the Python mcp-proxy 0.13.0 at 1/8/32/64 clients; peak RSS, 10 upstreams
+#   gateway — `tether serve` (both eras) vs direct, the floor of an HTTP-to-stdio proxy, the Rust
+#             mcp-proxy 0.6.0 (install-peers.sh builds it) and the Python mcp-proxy 0.13.0 at
+#             1/8/32/64 clients, 2,000 calls per cell; CPU per call; peak RSS, 10 upstreams
 # Every figure is the median of interleaved rounds with its spread. `--quick` makes fewer calls
 # per round and leaves out the embedded model (the slowest part); other arguments go to cargo.
 set -euo pipefail
