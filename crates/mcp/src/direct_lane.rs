@@ -171,12 +171,16 @@ impl DirectLane {
         else {
             return false;
         };
-        // An answer nobody waits for any more (the call was cancelled) is ours too: rmcp
-        // knows no such request.
-        if let Some(answer) = self.forget(n) {
-            let _ = answer.send(line.to_vec());
+        // Only an answer someone waits for is taken: a late one (its call was cancelled) goes
+        // on to rmcp, which ignores a response to no request of its own, and so does a
+        // server's own request that happens to use such an id, which rmcp then answers.
+        match self.forget(n) {
+            Some(answer) => {
+                let _ = answer.send(line.to_vec());
+                true
+            }
+            None => false,
         }
-        true
     }
 
     /// Takes `line` when it is a progress notification for a direct call (true).
