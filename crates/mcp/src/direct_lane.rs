@@ -67,6 +67,10 @@ enum Outgoing {
 /// The direct calls of one stdio session: where their lines go and who waits for which answer.
 pub struct DirectLane {
     outbox: UnboundedSender<Outgoing>,
+    /// The child's stdin; whoever holds it writes whole lines only. A call writes its line
+    /// itself when the pipe is free and takes it at once (no hand-off to the stdin task), else
+    /// through the stdin task. `None` once closed.
+    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     queue: Arc<Queue>,
     waiting: Mutex<HashMap<u64, oneshot::Sender<Vec<u8>>>>,
     /// Where the progress of calls that asked for it goes, by call (the call's id is its
@@ -93,9 +97,11 @@ impl DirectLane {
     pub(crate) fn start(stdin: ChildStdin) -> (Arc<DirectLane>, LineSink) {
         let (outbox, lines) = unbounded_channel();
         let queue = Arc::new(Queue::default());
-        tokio::spawn(pump_stdin(stdin, lines, queue.clone()));
+        let stdin = Arc::new(tokio::sync::Mutex::new(Some(stdin)));
+        tokio::spawn(pump_stdin(stdin.clone(), lines, queue.clone()));
         let lane = Arc::new(DirectLane {
             outbox: outbox.clone(),
+            stdin,
             queue: queue.clone(),
             waiting: Mutex::default(),
             progress: Mutex::default(),
@@ -146,13 +152,43 @@ impl DirectLane {
             id,
             answered: false,
         };
-        self.queue.add(line.len());
-        if self.outbox.send(Outgoing::Lines(line)).is_err() {
-            return Err(LaneError::Closed);
+        if !self.write_now(&line)? {
+            self.queue.add(line.len());
+            if self.outbox.send(Outgoing::Lines(line)).is_err() {
+                return Err(LaneError::Closed);
+            }
         }
         let line = answered.await.map_err(|_| LaneError::Closed)?;
         guard.answered = true;
         Ok(line)
+    }
+
+    /// Writes `line` to the child now, when nobody else is writing and the pipe takes at least
+    /// part of it without waiting (true); the rest of a part-written line is finished by a task
+    /// of its own that keeps the pipe meanwhile, so no other line can come between, and that a
+    /// cancelled call cannot stop. False: nothing was written; send it through the stdin task.
+    fn write_now(&self, line: &[u8]) -> Result<bool, LaneError> {
+        let Ok(mut stdin) = self.stdin.clone().try_lock_owned() else {
+            return Ok(false);
+        };
+        let Some(pipe) = stdin.as_mut() else {
+            return Err(LaneError::Closed);
+        };
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match Pin::new(pipe).poll_write(&mut cx, line) {
+            Poll::Ready(Ok(n)) if n == line.len() => Ok(true),
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Err(LaneError::Closed),
+            Poll::Ready(Ok(n)) => {
+                let rest = line[n..].to_vec();
+                tokio::spawn(async move {
+                    if let Some(pipe) = stdin.as_mut() {
+                        let _ = pipe.write_all(&rest).await;
+                    }
+                });
+                Ok(true)
+            }
+            Poll::Pending => Ok(false),
+        }
     }
 
     /// Whether any direct call waits for its answer: only then are lines from the server
@@ -317,7 +353,7 @@ impl AsyncWrite for LineSink {
 
 /// Writes what rmcp and the direct calls send to the child, several waiting lines at once.
 async fn pump_stdin(
-    mut stdin: ChildStdin,
+    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     mut outgoing: UnboundedReceiver<Outgoing>,
     queue: Arc<Queue>,
 ) {
@@ -327,8 +363,12 @@ async fn pump_stdin(
             break;
         };
         let mut close = false;
+        let mut pipe = stdin.lock().await;
+        let Some(pipe) = pipe.as_mut() else {
+            break;
+        };
         let written = if first.len() >= BATCH_BYTES {
-            stdin.write_all(&first).await.map(|()| first.len())
+            pipe.write_all(&first).await.map(|()| first.len())
         } else {
             batch.clear();
             batch.extend_from_slice(&first);
@@ -342,7 +382,7 @@ async fn pump_stdin(
                     Err(_) => break,
                 }
             }
-            stdin.write_all(&batch).await.map(|()| batch.len())
+            pipe.write_all(&batch).await.map(|()| batch.len())
         };
         match written {
             Ok(n) => queue.release(n),
@@ -352,8 +392,10 @@ async fn pump_stdin(
             break;
         }
     }
-    // Dropping stdin closes it: the server reads the end of its input.
-    let _ = stdin.shutdown().await;
+    // Closing stdin: the server reads the end of its input.
+    if let Some(mut pipe) = stdin.lock().await.take() {
+        let _ = pipe.shutdown().await;
+    }
     queue.writer.wake();
 }
 
