@@ -3,8 +3,9 @@
 //! the line the server wrote, so a proxied call is parsed once at each end instead of through
 //! rmcp's typed models and the session's tasks (docs/decisions.md, "The gateway's hot path").
 //!
-//! Lines never interleave: rmcp writes through a [`LineSink`], which hands on whole lines only,
-//! and one task writes the child's stdin for both. Answers are told apart by their id: a
+//! Lines never interleave: rmcp writes through a [`LineSink`], which hands on whole lines only
+//! to the stdin task, and whoever writes holds the pipe until its line is whole (a direct call
+//! writes its own line when the pipe is free, else the stdin task does). Answers are told apart by their id: a
 //! number from 2^40 up, which rmcp (counting in 32 bits) never reaches and JavaScript servers
 //! still read exactly. Numbers, not strings: some servers mishandle string ids.
 
