@@ -901,7 +901,8 @@ impl ServerConnection {
             }
             line.extend_from_slice(b"}}");
         };
-        let operation = format!("tool \"{tool}\"");
+        // Named only when something goes wrong: no allocation on the hot path otherwise.
+        let operation = || format!("tool \"{tool}\"");
         let answer =
             match tokio::time::timeout(self.config.timeout, lane.call(write, progress)).await {
                 Ok(Ok(line)) => line,
@@ -909,20 +910,21 @@ impl ServerConnection {
                     return Err(McpError::Unreachable {
                         server: self.config.name.clone(),
                         detail: format!(
-                            "{operation}: the server has not read the last 16 MB it was sent"
+                            "{}: the server has not read the last 16 MB it was sent",
+                            operation()
                         ),
                     });
                 }
                 Ok(Err(crate::direct_lane::LaneError::Closed)) => {
                     return Err(McpError::Unreachable {
                         server: self.config.name.clone(),
-                        detail: format!("{operation}: {}", session.why_gone().await),
+                        detail: format!("{}: {}", operation(), session.why_gone().await),
                     });
                 }
                 Err(_) => {
                     return Err(McpError::Timeout {
                         server: self.config.name.clone(),
-                        operation,
+                        operation: operation(),
                         after: self.config.timeout,
                         hint: None,
                     });
@@ -940,19 +942,19 @@ impl ServerConnection {
             result_type: Option<std::borrow::Cow<'a, str>>,
         }
         let answer: Answer<'_> =
-            serde_json::from_slice(&answer).map_err(|e| self.schema_mismatch(&operation, e))?;
+            serde_json::from_slice(&answer).map_err(|e| self.schema_mismatch(&operation(), e))?;
         match (answer.result, answer.error) {
             (_, Some(error)) => {
                 self.outcome::<DirectReply>(
                     &session,
-                    &operation,
+                    &operation(),
                     Err(ServiceError::McpError(error)),
                 )
                 .await
             }
             (Some(result), None) => {
                 let kind: Kind<'_> = serde_json::from_str(result.get())
-                    .map_err(|e| self.schema_mismatch(&operation, e))?;
+                    .map_err(|e| self.schema_mismatch(&operation(), e))?;
                 // Questions for the client (2026-07-28): a modern client answers them itself in its
                 // retry; for anyone else rmcp's rounds answer them, on the full path.
                 if kind.result_type.is_some_and(|t| t != "complete")
@@ -963,7 +965,7 @@ impl ServerConnection {
                 Ok(DirectReply::Result(result.to_owned()))
             }
             (None, None) => Err(self.schema_mismatch(
-                &operation,
+                &operation(),
                 "its answer has neither \"result\" nor \"error\"",
             )),
         }
