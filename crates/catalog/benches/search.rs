@@ -96,8 +96,11 @@ impl TextEncoder for MiniLm {
     fn encode(&self, text: &str) -> Vec<f32> {
         self.0.embed(text)
     }
+    fn encode_batch(&self, texts: &[&str]) -> Vec<Vec<f32>> {
+        self.0.embed_batch(texts)
+    }
     fn model(&self) -> &str {
-        "all-MiniLM-L6-v2"
+        tether_encoder::MODEL
     }
 }
 

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,10 @@ const SEMANTIC_WEIGHT: f64 = 1.0;
 /// over two minutes before the budget.
 pub const ENCODE_BUDGET: Duration = Duration::from_secs(30);
 
+/// Texts per call to the encoder: enough that a batched encoder reuses its weights across
+/// hundreds of tokens, few enough that every core gets a share of a small catalogue.
+const BATCH: usize = 16;
+
 /// How often a background encoding saves what it has made.
 const SAVE_EVERY: Duration = Duration::from_secs(5);
 
@@ -38,6 +43,11 @@ const SAVE_EVERY: Duration = Duration::from_secs(5);
 pub trait TextEncoder: Send + Sync {
     /// The embedding of `text`.
     fn encode(&self, text: &str) -> Vec<f32>;
+    /// The embedding of each text, in order: an encoder that runs many texts at once faster
+    /// than one at a time overrides this.
+    fn encode_batch(&self, texts: &[&str]) -> Vec<Vec<f32>> {
+        texts.iter().map(|text| self.encode(text)).collect()
+    }
     /// Names the model, so that a cache never serves one model's vectors to another.
     fn model(&self) -> &str;
 }
@@ -166,20 +176,32 @@ impl SemanticRanker {
         }
     }
 
-    /// Encodes `missing` on every core, adding each vector as it is made and saving every
-    /// [`SAVE_EVERY`] and at the end; then marks `job` done.
+    /// Encodes `missing` on every core, a batch of [`BATCH`] texts at a time, adding each
+    /// batch's vectors as they are made and saving every [`SAVE_EVERY`] and at the end; then
+    /// marks `job` done.
     fn encode_in_background(&self, missing: Vec<(Key, String)>, job: &Job) {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let chunk = missing.len().div_ceil(workers).max(1);
+        let next = AtomicUsize::new(0);
         let saved = Mutex::new(Instant::now());
         std::thread::scope(|scope| {
-            for part in missing.chunks(chunk) {
-                let saved = &saved;
+            for _ in 0..workers.min(missing.len().div_ceil(BATCH)) {
+                let (saved, next, missing) = (&saved, &next, &missing);
                 scope.spawn(move || {
-                    for (key, text) in part {
-                        let vector: Arc<[f32]> = self.encoder.encode(text).into();
+                    loop {
+                        let start = next.fetch_add(BATCH, Ordering::Relaxed);
+                        let Some(batch) = missing.get(start..(start + BATCH).min(missing.len()))
+                        else {
+                            break;
+                        };
+                        if batch.is_empty() {
+                            break;
+                        }
+                        let texts: Vec<&str> = batch.iter().map(|(_, t)| t.as_str()).collect();
+                        let vectors = self.encoder.encode_batch(&texts);
                         let mut known = self.lock();
-                        known.insert(*key, vector);
+                        for ((key, _), vector) in batch.iter().zip(vectors) {
+                            known.insert(*key, vector.into());
+                        }
                         let due = saved
                             .lock()
                             .map(|mut at| {

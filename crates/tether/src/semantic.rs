@@ -40,7 +40,7 @@ async fn attach_encoder(_catalog: &ToolCatalog) -> Option<String> {
     None
 }
 
-/// all-MiniLM-L6-v2, read from disk on first use (90 MB of weights, a few hundred ms).
+/// all-MiniLM-L6-v2, read from disk on first use (35 MB in memory, a few hundred ms).
 #[cfg(feature = "local")]
 struct LazyMiniLm {
     dir: std::path::PathBuf,
@@ -48,22 +48,35 @@ struct LazyMiniLm {
 }
 
 #[cfg(feature = "local")]
+impl LazyMiniLm {
+    fn encoder(&self) -> Option<&tether_encoder::SentenceEncoder> {
+        self.loaded
+            .get_or_init(|| match tether_encoder::SentenceEncoder::load(&self.dir) {
+                Ok(encoder) => Some(encoder),
+                Err(e) => {
+                    safe_eprintln!("warning: {e}; tool search stays lexical");
+                    None
+                }
+            })
+            .as_ref()
+    }
+}
+
+#[cfg(feature = "local")]
 impl tether_catalog::TextEncoder for LazyMiniLm {
     fn encode(&self, text: &str) -> Vec<f32> {
-        let encoder =
-            self.loaded
-                .get_or_init(|| match tether_encoder::SentenceEncoder::load(&self.dir) {
-                    Ok(encoder) => Some(encoder),
-                    Err(e) => {
-                        safe_eprintln!("warning: {e}; tool search stays lexical");
-                        None
-                    }
-                });
         // Without the model every vector is empty, and the fusion leaves BM25's order alone.
-        encoder.as_ref().map(|e| e.embed(text)).unwrap_or_default()
+        self.encoder().map(|e| e.embed(text)).unwrap_or_default()
+    }
+
+    fn encode_batch(&self, texts: &[&str]) -> Vec<Vec<f32>> {
+        match self.encoder() {
+            Some(encoder) => encoder.embed_batch(texts),
+            None => vec![Vec::new(); texts.len()],
+        }
     }
 
     fn model(&self) -> &str {
-        "all-MiniLM-L6-v2"
+        tether_encoder::MODEL
     }
 }

@@ -1,0 +1,430 @@
+//! Linear layers in 8-bit integers: weights quantised once per output row (symmetric, i8),
+//! activations per input row as they arrive (affine, u8 with a zero point), products summed in
+//! i32 and scaled back to f32 with the bias. That is what makes encoding a catalogue of
+//! thousands of tools take seconds rather than tens of seconds: AVX-512 VNNI multiplies 64
+//! byte pairs per instruction where f32 FMA does 16 (docs/decisions.md has the measurements).
+//!
+//! The integer sums are exact, so every kernel gives the same vectors bit for bit; the one
+//! used is picked at run time (VNNI where the CPU has it, else portable code that the compiler
+//! vectorises).
+
+/// Output columns per panel: four blocks of sixteen, the width of one VNNI accumulator each.
+const PANEL: usize = 64;
+/// Bytes of weights per panel per group of four inputs.
+const PANEL_STEP: usize = PANEL * 4;
+/// Activation rows one kernel call works on (6 × 4 accumulators fit AVX-512's 32 registers).
+const ROWS: usize = 6;
+
+/// A linear layer `y = x Wᵀ + b` with W quantised to i8 per output row.
+pub(crate) struct QuantizedLinear {
+    inputs: usize,
+    outputs: usize,
+    /// W in panels: for each 64 outputs, for each group of four inputs, 64 × 4 bytes (output
+    /// `j`'s four weights together), so a kernel reads each panel front to back.
+    packed: Vec<i8>,
+    /// W's scale per output row.
+    scales: Vec<f32>,
+    /// The sum of each output row's quantised weights, to take the activations' zero points
+    /// out of the integer sums.
+    sums: Vec<i32>,
+    bias: Vec<f32>,
+}
+
+/// Activation rows quantised to u8: `x ≈ (q - zero) × scale`, per row.
+#[derive(Default)]
+pub(crate) struct QuantizedRows {
+    width: usize,
+    data: Vec<u8>,
+    scales: Vec<f32>,
+    zeros: Vec<i32>,
+}
+
+impl QuantizedLinear {
+    /// Quantises `weight` (outputs × inputs, row after row, as PyTorch stores a Linear).
+    /// `outputs` must be a multiple of 64 and `inputs` of 4 (MiniLM's 384, 1152 and 1536 are).
+    pub(crate) fn new(
+        weight: &[f32],
+        outputs: usize,
+        inputs: usize,
+        bias: Vec<f32>,
+    ) -> Result<QuantizedLinear, String> {
+        if !outputs.is_multiple_of(PANEL)
+            || !inputs.is_multiple_of(4)
+            || weight.len() != outputs * inputs
+        {
+            return Err(format!(
+                "a {outputs}×{inputs} layer with {} weights does not fit the kernels",
+                weight.len()
+            ));
+        }
+        if bias.len() != outputs {
+            return Err(format!("{} biases for {outputs} outputs", bias.len()));
+        }
+        let mut quantized = vec![0i8; outputs * inputs];
+        let mut scales = Vec::with_capacity(outputs);
+        let mut sums = Vec::with_capacity(outputs);
+        for (row, out) in weight
+            .chunks_exact(inputs)
+            .zip(quantized.chunks_exact_mut(inputs))
+        {
+            let largest = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
+            let mut sum = 0i32;
+            for (q, v) in out.iter_mut().zip(row) {
+                *q = (v / scale).round().clamp(-127.0, 127.0) as i8;
+                sum += i32::from(*q);
+            }
+            scales.push(scale);
+            sums.push(sum);
+        }
+        let groups = inputs / 4;
+        let mut packed = vec![0i8; outputs * inputs];
+        for panel in 0..outputs / PANEL {
+            for group in 0..groups {
+                let base = (panel * groups + group) * PANEL_STEP;
+                for column in 0..PANEL {
+                    let row = panel * PANEL + column;
+                    let from = row * inputs + group * 4;
+                    packed[base + column * 4..base + column * 4 + 4]
+                        .copy_from_slice(&quantized[from..from + 4]);
+                }
+            }
+        }
+        Ok(QuantizedLinear {
+            inputs,
+            outputs,
+            packed,
+            scales,
+            sums,
+            bias,
+        })
+    }
+
+    /// How many outputs a row gets.
+    pub(crate) fn outputs(&self) -> usize {
+        self.outputs
+    }
+
+    /// `y = x Wᵀ + b` for every row of `x`, written into `y` (rows × outputs), or added to
+    /// what `y` holds when `accumulate` (a residual connection).
+    pub(crate) fn apply(&self, x: &QuantizedRows, y: &mut [f32], accumulate: bool) {
+        debug_assert_eq!(x.width, self.inputs);
+        debug_assert_eq!(y.len(), x.scales.len() * self.outputs);
+        #[cfg(target_arch = "x86_64")]
+        if has_vnni() {
+            // SAFETY: has_vnni() saw the CPU features the function is compiled for.
+            unsafe { self.apply_vnni(x, y, accumulate) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: as above.
+            unsafe { self.apply_avx2(x, y, accumulate) };
+            return;
+        }
+        self.apply_with(x, y, accumulate, portable_panel);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn apply_vnni(&self, x: &QuantizedRows, y: &mut [f32], accumulate: bool) {
+        self.apply_with(x, y, accumulate, |x, width, count, weights, sums| {
+            // SAFETY: apply() saw the features; apply_with passes `count` rows of `width`
+            // bytes and a whole panel.
+            unsafe { vnni::panel(x, width, count, weights, sums) }
+        });
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn apply_avx2(&self, x: &QuantizedRows, y: &mut [f32], accumulate: bool) {
+        self.apply_with(x, y, accumulate, portable_panel);
+    }
+
+    /// The panels in turn, each over every row six at a time, then each sum scaled back to f32
+    /// with the bias: inlined into each CPU's variant so the scaling vectorises for it too.
+    #[inline(always)]
+    fn apply_with(
+        &self,
+        x: &QuantizedRows,
+        y: &mut [f32],
+        accumulate: bool,
+        kernel: impl Fn(&[u8], usize, usize, &[i8], &mut [[i32; PANEL]; ROWS]),
+    ) {
+        let rows = x.scales.len();
+        let groups = self.inputs / 4;
+        let mut sums = [[0i32; PANEL]; ROWS];
+        for panel in 0..self.outputs / PANEL {
+            let weights =
+                &self.packed[panel * groups * PANEL_STEP..(panel + 1) * groups * PANEL_STEP];
+            let columns = panel * PANEL..(panel + 1) * PANEL;
+            let (Ok(w_sums), Ok(w_scales), Ok(bias)) = (
+                <&[i32; PANEL]>::try_from(&self.sums[columns.clone()]),
+                <&[f32; PANEL]>::try_from(&self.scales[columns.clone()]),
+                <&[f32; PANEL]>::try_from(&self.bias[columns.clone()]),
+            ) else {
+                continue;
+            };
+            let mut first = 0;
+            while first < rows {
+                let count = (rows - first).min(ROWS);
+                let x_rows = &x.data[first * self.inputs..(first + count) * self.inputs];
+                kernel(x_rows, self.inputs, count, weights, &mut sums);
+                for (r, row_sums) in sums.iter().enumerate().take(count) {
+                    let row = first + r;
+                    let (x_scale, zero) = (x.scales[row], x.zeros[row]);
+                    let at = row * self.outputs + columns.start;
+                    let Ok(out) = <&mut [f32; PANEL]>::try_from(&mut y[at..at + PANEL]) else {
+                        continue;
+                    };
+                    if accumulate {
+                        for c in 0..PANEL {
+                            out[c] += (row_sums[c] - zero * w_sums[c]) as f32
+                                * (x_scale * w_scales[c])
+                                + bias[c];
+                        }
+                    } else {
+                        for c in 0..PANEL {
+                            out[c] = (row_sums[c] - zero * w_sums[c]) as f32
+                                * (x_scale * w_scales[c])
+                                + bias[c];
+                        }
+                    }
+                }
+                first += count;
+            }
+        }
+    }
+}
+
+impl QuantizedRows {
+    /// Quantises `x`, rows of `width` floats, into this buffer (reused between layers).
+    pub(crate) fn quantize(&mut self, x: &[f32], width: usize) {
+        self.width = width;
+        self.data.resize(x.len(), 0);
+        self.scales.clear();
+        self.zeros.clear();
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the feature the function is compiled for was just detected.
+            unsafe { self.quantize_avx512(x, width) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: as above.
+            unsafe { self.quantize_avx2(x, width) };
+            return;
+        }
+        self.quantize_body(x, width);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn quantize_avx512(&mut self, x: &[f32], width: usize) {
+        self.quantize_body(x, width);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn quantize_avx2(&mut self, x: &[f32], width: usize) {
+        self.quantize_body(x, width);
+    }
+
+    #[inline(always)]
+    fn quantize_body(&mut self, x: &[f32], width: usize) {
+        for (row, out) in x.chunks_exact(width).zip(self.data.chunks_exact_mut(width)) {
+            let (scale, zero) = quantize_row(row, out);
+            self.scales.push(scale);
+            self.zeros.push(zero);
+        }
+    }
+}
+
+/// Affine u8 quantisation of one row; the range always holds 0, so padding-free zeros stay
+/// exact. Returns (scale, zero point).
+#[inline(always)]
+fn quantize_row(row: &[f32], out: &mut [u8]) -> (f32, i32) {
+    let (low, high) = crate::math::min_max(row);
+    let (low, high) = (low.min(0.0), high.max(0.0));
+    let scale = if high > low {
+        (high - low) / 255.0
+    } else {
+        1.0
+    };
+    let zero = (-low / scale).round().clamp(0.0, 255.0);
+    let inverse = 1.0 / scale;
+    for (q, &v) in out.iter_mut().zip(row) {
+        // Adding 2^23 to a value in [0, 255] leaves it rounded to the nearest integer in the
+        // low mantissa bits: a conversion the compiler vectorises, where `as` (saturating, NaN
+        // to 0) goes one value at a time.
+        *q = ((v * inverse + zero).clamp(0.0, 255.0) + 8_388_608.0).to_bits() as u8;
+    }
+    (scale, zero as i32)
+}
+
+/// Whether this CPU runs the VNNI kernel.
+fn has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The integer sums of `count` rows of `x` with one panel of weights, in portable code
+/// (inlined into the AVX2 variant of `apply`, where the compiler vectorises it for AVX2).
+#[inline(always)]
+fn portable_panel(
+    x: &[u8],
+    width: usize,
+    count: usize,
+    weights: &[i8],
+    sums: &mut [[i32; PANEL]; ROWS],
+) {
+    for (r, row_sums) in sums.iter_mut().enumerate().take(count) {
+        let row = &x[r * width..(r + 1) * width];
+        *row_sums = [0; PANEL];
+        for (inputs, step) in row.chunks_exact(4).zip(weights.chunks_exact(PANEL_STEP)) {
+            let a = [
+                i32::from(inputs[0]),
+                i32::from(inputs[1]),
+                i32::from(inputs[2]),
+                i32::from(inputs[3]),
+            ];
+            for (sum, w) in row_sums.iter_mut().zip(step.chunks_exact(4)) {
+                *sum += a[0] * i32::from(w[0])
+                    + a[1] * i32::from(w[1])
+                    + a[2] * i32::from(w[2])
+                    + a[3] * i32::from(w[3]);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use std::arch::x86_64::*;
+
+    use super::{PANEL, PANEL_STEP, ROWS};
+
+    /// The integer sums of `count` (1 to 6) rows with one panel, four 16-lane VNNI
+    /// accumulators per row.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F, BW and VNNI; `x` holds `count` rows of `width` bytes and
+    /// `weights` `width / 4` steps of 256 bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn panel(
+        x: &[u8],
+        width: usize,
+        count: usize,
+        weights: &[i8],
+        sums: &mut [[i32; PANEL]; ROWS],
+    ) {
+        debug_assert!(x.len() >= count * width && weights.len() >= width / 4 * PANEL_STEP);
+        // SAFETY: as the caller promised; each const instance reads `R` rows.
+        unsafe {
+            match count {
+                1 => rows::<1>(x, width, weights, sums),
+                2 => rows::<2>(x, width, weights, sums),
+                3 => rows::<3>(x, width, weights, sums),
+                4 => rows::<4>(x, width, weights, sums),
+                5 => rows::<5>(x, width, weights, sums),
+                _ => rows::<6>(x, width, weights, sums),
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[inline]
+    unsafe fn rows<const R: usize>(
+        x: &[u8],
+        width: usize,
+        weights: &[i8],
+        sums: &mut [[i32; PANEL]; ROWS],
+    ) {
+        let mut acc = [[_mm512_setzero_si512(); 4]; R];
+        let x = x.as_ptr();
+        let w = weights.as_ptr();
+        for group in 0..width / 4 {
+            // SAFETY: group < width / 4, so these reads stay inside the panel and the rows.
+            unsafe {
+                let step = w.add(group * PANEL_STEP);
+                let w0 = _mm512_loadu_si512(step.cast());
+                let w1 = _mm512_loadu_si512(step.add(64).cast());
+                let w2 = _mm512_loadu_si512(step.add(128).cast());
+                let w3 = _mm512_loadu_si512(step.add(192).cast());
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let four = x.add(r * width + group * 4).cast::<i32>().read_unaligned();
+                    let inputs = _mm512_set1_epi32(four);
+                    a[0] = _mm512_dpbusd_epi32(a[0], inputs, w0);
+                    a[1] = _mm512_dpbusd_epi32(a[1], inputs, w1);
+                    a[2] = _mm512_dpbusd_epi32(a[2], inputs, w2);
+                    a[3] = _mm512_dpbusd_epi32(a[3], inputs, w3);
+                }
+            }
+        }
+        for (a, out) in acc.iter().zip(sums.iter_mut()) {
+            for (block, v) in a.iter().enumerate() {
+                // SAFETY: each block is 16 i32 of the row's 64.
+                unsafe { _mm512_storeu_si512(out[block * 16..].as_mut_ptr().cast(), *v) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel gives the same integer sums as a plain f32 product does, within the
+    /// quantisation's error.
+    #[test]
+    fn quantised_product_is_close_to_the_float_one() {
+        let (outputs, inputs, rows) = (128, 96, 7);
+        let weight: Vec<f32> = (0..outputs * inputs)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 70.0)
+            .collect();
+        let bias: Vec<f32> = (0..outputs).map(|j| j as f32 / 100.0).collect();
+        let x: Vec<f32> = (0..rows * inputs)
+            .map(|i| ((i * 53 % 89) as f32 - 30.0) / 40.0)
+            .collect();
+        let layer = QuantizedLinear::new(&weight, outputs, inputs, bias.clone()).unwrap();
+        let mut q = QuantizedRows::default();
+        q.quantize(&x, inputs);
+        let mut y = vec![0.0; rows * outputs];
+        layer.apply(&q, &mut y, false);
+        let mut portable = vec![[[0i32; PANEL]; ROWS]; 2];
+        let groups = inputs / 4;
+        let weights = &layer.packed[..groups * PANEL_STEP];
+        portable_panel(&q.data[..6 * inputs], inputs, 6, weights, &mut portable[0]);
+        #[cfg(target_arch = "x86_64")]
+        if has_vnni() {
+            // SAFETY: the features were detected; the slices hold 6 rows and the panel.
+            unsafe { vnni::panel(&q.data[..6 * inputs], inputs, 6, weights, &mut portable[1]) };
+            assert_eq!(portable[0], portable[1], "VNNI and portable sums differ");
+        }
+        for r in 0..rows {
+            for j in 0..outputs {
+                let exact: f32 = (0..inputs)
+                    .map(|k| x[r * inputs + k] * weight[j * inputs + k])
+                    .sum::<f32>()
+                    + bias[j];
+                let got = y[r * outputs + j];
+                assert!(
+                    (got - exact).abs() < 0.05 * (1.0 + exact.abs()),
+                    "{r},{j}: {got} vs {exact}"
+                );
+            }
+        }
+        let mut again = y.clone();
+        layer.apply(&q, &mut again, true);
+        assert!((again[5] - 2.0 * y[5]).abs() < 1e-4, "accumulate adds");
+    }
+}

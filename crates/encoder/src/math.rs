@@ -1,0 +1,295 @@
+//! The encoder's element-wise work in forms the compiler vectorises: sixteen independent lanes
+//! where a sum runs over a row (float sums cannot be reordered otherwise), and erf and exp as
+//! polynomials rather than calls into libm, which run one value at a time.
+
+const LANES: usize = 16;
+
+/// Defines a function whose body is compiled three times: for AVX-512, for AVX2 and for the
+/// baseline, the first the CPU has being run. The body's loops then vectorise as wide as the
+/// machine allows (helpers marked `#[inline(always)]` are compiled into each).
+macro_rules! with_wide_vectors {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                fn avx512($($arg: $ty),*) $body
+                #[target_feature(enable = "avx2")]
+                fn avx2($($arg: $ty),*) $body
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the feature `avx512` is compiled for was just detected.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the feature `avx2` is compiled for was just detected.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $body
+        }
+    };
+}
+
+/// The smallest and largest value of `x`.
+#[inline(always)]
+pub(crate) fn min_max(x: &[f32]) -> (f32, f32) {
+    // Plain comparisons on independent lanes, which map onto vector min and max; `f32::min`'s
+    // NaN rule does not.
+    let (chunks, rest) = x.as_chunks::<LANES>();
+    let mut low = [f32::INFINITY; LANES];
+    let mut high = [f32::NEG_INFINITY; LANES];
+    for chunk in chunks {
+        for ((l, h), &c) in low.iter_mut().zip(high.iter_mut()).zip(chunk) {
+            *l = if c < *l { c } else { *l };
+            *h = if c > *h { c } else { *h };
+        }
+    }
+    let (mut small, mut large) = (f32::INFINITY, f32::NEG_INFINITY);
+    for &c in low.iter().chain(rest) {
+        small = if c < small { c } else { small };
+    }
+    for &c in high.iter().chain(rest) {
+        large = if c > large { c } else { large };
+    }
+    (small, large)
+}
+
+/// The sum of `x`.
+#[inline(always)]
+pub(crate) fn sum(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest: f32 = chunks.remainder().iter().sum();
+    for chunk in chunks {
+        for l in 0..LANES {
+            lanes[l] += chunk[l];
+        }
+    }
+    lanes.iter().sum::<f32>() + rest
+}
+
+/// The dot product of `a` and `b`.
+#[inline(always)]
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let rest: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            lanes[l] += x[l] * y[l];
+        }
+    }
+    lanes.iter().sum::<f32>() + rest
+}
+
+/// Layer normalisation of each row of `x` (rows of `gain.len()`), in place.
+pub(crate) fn layer_norm(x: &mut [f32], gain: &[f32], bias: &[f32]) {
+    let width = gain.len();
+    for row in x.chunks_exact_mut(width) {
+        let n = width as f32;
+        let mean = sum(row) / n;
+        row.iter_mut().for_each(|v| *v -= mean);
+        let variance = dot(row, row) / n;
+        let scale = 1.0 / (variance + 1e-12).sqrt();
+        for ((v, g), b) in row.iter_mut().zip(gain).zip(bias) {
+            *v = *v * scale * g + b;
+        }
+    }
+}
+
+with_wide_vectors! {
+    /// GELU as BERT defines it (with erf), in place.
+    pub(crate) fn gelu(x: &mut [f32]) {
+        for v in x {
+            let e = erf_magnitude(v.abs() * std::f32::consts::FRAC_1_SQRT_2);
+            let e = if *v < 0.0 { -e } else { e };
+            *v = 0.5 * *v * (1.0 + e);
+        }
+    }
+}
+
+/// erf(t) for t ≥ 0 to within 3e-7 (Abramowitz and Stegun 7.1.28), without a branch or a
+/// call: past t ≈ 4 the sixteenth power overflows to infinity and erf is 1.
+#[inline(always)]
+fn erf_magnitude(t: f32) -> f32 {
+    let p = 1.0
+        + t * (0.070_523_08
+            + t * (0.042_282_01
+                + t * (0.009_270_527
+                    + t * (0.000_152_014_3 + t * (0.000_276_567_2 + t * 0.000_043_063_8)))));
+    let p2 = p * p;
+    let p4 = p2 * p2;
+    let p8 = p4 * p4;
+    1.0 - 1.0 / (p8 * p8)
+}
+
+with_wide_vectors! {
+    /// Self-attention of one sequence of `n` tokens: `qkv` holds a row of queries, keys and values
+    /// (3 × `width`) per token; each head (`head_width`, 32, columns) adds its softmax-weighted
+    /// values into `context` (a row of `width` per token). `scratch` is reused between calls.
+    ///
+    /// The scores of a query against every key are summed a key dimension at a time over the keys
+    /// laid out transposed (padded to whole lanes), sixteen keys per register, and each query's
+    /// weighted values are summed in registers too: no horizontal sums, no loads and stores of
+    /// partial sums.
+    pub(crate) fn attention(
+        qkv: &[f32],
+        n: usize,
+        width: usize,
+        head_width: usize,
+        context: &mut [f32],
+        scratch: &mut Vec<f32>
+    ) {
+        const HEAD: usize = 32;
+        debug_assert_eq!(head_width, HEAD);
+        let stride = 3 * width;
+        let scale = 1.0 / (HEAD as f32).sqrt();
+        // Keys in groups of 64: four accumulators per query, so the additions do not wait on each
+        // other.
+        const GROUP: usize = 4 * LANES;
+        let padded = n.div_ceil(GROUP) * GROUP;
+        scratch.clear();
+        scratch.resize(HEAD * padded + padded, 0.0);
+        let (keys, scores) = scratch.split_at_mut(HEAD * padded);
+        for head in 0..width / HEAD {
+            let (q, k, v) = (head * HEAD, width + head * HEAD, 2 * width + head * HEAD);
+            for j in 0..n {
+                let key = &qkv[j * stride + k..j * stride + k + HEAD];
+                for (d, &value) in key.iter().enumerate() {
+                    keys[d * padded + j] = value;
+                }
+            }
+            for i in 0..n {
+                let query: &[f32; HEAD] = qkv[i * stride + q..i * stride + q + HEAD]
+                    .try_into()
+                    .unwrap_or(&[0.0; HEAD]);
+                for (group, out) in scores.as_chunks_mut::<GROUP>().0.iter_mut().enumerate() {
+                    let mut acc = [[0f32; LANES]; 4];
+                    for (d, &qd) in query.iter().enumerate() {
+                        let start = d * padded + group * GROUP;
+                        let Ok(column) = <&[f32; GROUP]>::try_from(&keys[start..start + GROUP]) else {
+                            continue;
+                        };
+                        for (b, acc) in acc.iter_mut().enumerate() {
+                            for l in 0..LANES {
+                                acc[l] += qd * column[b * LANES + l];
+                            }
+                        }
+                    }
+                    for (b, acc) in acc.iter().enumerate() {
+                        for l in 0..LANES {
+                            out[b * LANES + l] = acc[l] * scale;
+                        }
+                    }
+                }
+                let scores = &mut scores[..n];
+                let (_, top) = min_max(scores);
+                for s in scores.iter_mut() {
+                    *s = exp_nonpositive(*s - top);
+                }
+                let inverse = 1.0 / sum(scores);
+                // Even and odd keys in separate sums, again so the additions can overlap.
+                let (mut even, mut odd) = ([0f32; HEAD], [0f32; HEAD]);
+                let value = |j: usize| &qkv[j * stride + v..j * stride + v + HEAD];
+                let (pairs, last) = scores.as_chunks::<2>();
+                for (pair, p) in pairs.iter().enumerate() {
+                    let (a, b) = (value(2 * pair), value(2 * pair + 1));
+                    for l in 0..HEAD {
+                        even[l] += p[0] * a[l];
+                        odd[l] += p[1] * b[l];
+                    }
+                }
+                if let [p] = last {
+                    let a = value(n - 1);
+                    for l in 0..HEAD {
+                        even[l] += p * a[l];
+                    }
+                }
+                let out = &mut context[i * width + q..i * width + q + HEAD];
+                for l in 0..HEAD {
+                    out[l] += (even[l] + odd[l]) * inverse;
+                }
+            }
+        }
+    }
+}
+
+/// e^x for x ≤ 0 to within a few parts in 10⁷: 2^(x log2 e) split into a power of two, set in
+/// the exponent bits, and a polynomial for the fraction.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    // Rounds to the nearest integer without SSE4.1's roundps: adding 1.5 × 2^23 pushes the
+    // fraction out of the mantissa.
+    const ROUND: f32 = 12_582_912.0;
+    let t = x.max(-87.0) * std::f32::consts::LOG2_E;
+    let shifted = t + ROUND;
+    let n = shifted - ROUND;
+    let f = t - n;
+    let p = 1.0
+        + f * (std::f32::consts::LN_2
+            + f * (0.240_226_5
+                + f * (0.055_504_11
+                    + f * (0.009_618_129 + f * (0.001_333_355 + f * 0.000_154_035_3)))));
+    // n itself, read from the mantissa of `shifted` (an `as` conversion would not vectorise).
+    let n = shifted.to_bits() as i32 - ROUND.to_bits() as i32;
+    p * f32::from_bits(((n + 127) as u32) << 23)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polynomials_match_libm() {
+        for i in -150..=150 {
+            let x = i as f32 / 50.0;
+            let mut g = [x];
+            gelu(&mut g);
+            let exact = 0.5 * f64::from(x) * (1.0 + libm_erf(f64::from(x) / 2f64.sqrt()));
+            assert!(
+                (f64::from(g[0]) - exact).abs() < 1e-5,
+                "gelu({x}) = {} vs {exact}",
+                g[0]
+            );
+            if x <= 0.0 {
+                let e = exp_nonpositive(x);
+                assert!(
+                    (e - x.exp()).abs() <= 1e-6 * x.exp().max(1e-30) + 1e-37,
+                    "exp({x})"
+                );
+            }
+        }
+        assert_eq!(exp_nonpositive(-1000.0), exp_nonpositive(-87.0));
+        let mut big = [100.0, -100.0, 0.0];
+        gelu(&mut big);
+        assert_eq!(big, [100.0, 0.0, 0.0]);
+    }
+
+    /// erf by its series (slow and exact enough to check against).
+    fn libm_erf(x: f64) -> f64 {
+        let mut term = x;
+        let mut total = x;
+        for n in 1..200 {
+            term *= -x * x / n as f64;
+            total += term / (2 * n + 1) as f64;
+        }
+        total * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    #[test]
+    fn lane_sums_match_plain_ones() {
+        let x: Vec<f32> = (0..389).map(|i| (i as f32 * 0.37).sin()).collect();
+        let plain: f32 = x.iter().sum();
+        assert!((sum(&x) - plain).abs() < 1e-4);
+        assert!((dot(&x, &x) - x.iter().map(|v| v * v).sum::<f32>()).abs() < 1e-3);
+        let (low, high) = min_max(&x);
+        assert_eq!(low, x.iter().cloned().fold(f32::INFINITY, f32::min));
+        assert_eq!(high, x.iter().cloned().fold(f32::NEG_INFINITY, f32::max));
+    }
+}
