@@ -9,10 +9,12 @@
 //! it writes the call opener `{"tool": `; a smaller model cannot be trusted to decide, so when
 //! the last message is the user's a call is required, and after tool results it answers in
 //! free text. With `tool_choice: none` no grammar is used.
+//!
+//! The model files themselves are `tether-models`' job, so that the sentence encoder, which
+//! needs no C++, can be fetched by a build without this crate.
 
 pub mod grammar;
 pub mod paths;
-pub mod provision;
 pub mod template;
 
 use std::num::NonZeroU32;

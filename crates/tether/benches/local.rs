@@ -18,8 +18,9 @@ use tether_catalog::{
     ToolSelection,
 };
 use tether_llm::{ChatRequest, ToolChoice, complete};
-use tether_local::{LocalOptions, LocalProvider, provision};
+use tether_local::{LocalOptions, LocalProvider};
 use tether_mcp::{ServerConfig, ServerRegistry};
+use tether_models as provision;
 use tether_protocol::chat::Message;
 
 /// (prompt, expected qualified tool, expected arguments — only these keys are checked)

