@@ -23,55 +23,34 @@ fn tool_text(tool: &Value) -> String {
     text
 }
 
-fn peak_rss_mib() -> f64 {
+/// A memory figure of this process from /proc/self/status (`VmHWM`: peak, `VmRSS`: now).
+fn status_mib(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| {
+            v.trim_start_matches(':')
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        return;
-    }
-    let path = test_support::workspace_root().join("peers/bfcl/tools.json");
-    let tools: Vec<Value> = serde_json::from_str(
-        &std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}; run scripts/install-peers.sh", path.display())),
-    )
-    .unwrap();
-    let texts: Vec<String> = tools.iter().map(tool_text).collect();
+fn peak_rss_mib() -> f64 {
+    status_mib("VmHWM")
+}
+
+/// Encodes every text on `workers` threads, 16 texts a call, as the catalogue does.
+fn encode_all(encoder: &SentenceEncoder, texts: &[String], workers: usize) -> Duration {
     let started = Instant::now();
-    let encoder = SentenceEncoder::load(&test_support::encoder_dir())
-        .unwrap_or_else(|e| panic!("{e}; run `tether model pull`"));
-    let load = started.elapsed();
-    let mut lengths: Vec<usize> = texts.iter().map(|t| encoder.tokenize(t).len()).collect();
-    lengths.sort_unstable();
-    let total: usize = lengths.iter().sum();
-    println!(
-        "{} tool texts, {} tokens: median {}, p90 {}, max {}",
-        texts.len(),
-        total,
-        lengths[lengths.len() / 2],
-        lengths[lengths.len() * 9 / 10],
-        lengths[lengths.len() - 1]
-    );
-    println!(
-        "load: {:.0} ms, peak RSS {:.1} MiB",
-        load.as_secs_f64() * 1e3,
-        peak_rss_mib()
-    );
-    let started = Instant::now();
-    let workers = std::env::var("TETHER_BENCH_THREADS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..workers {
-            let (encoder, texts, next) = (&encoder, &texts, &next);
+            let next = &next;
             s.spawn(move || {
                 loop {
                     let at = next.fetch_add(16, std::sync::atomic::Ordering::Relaxed);
@@ -87,13 +66,74 @@ fn main() {
             });
         }
     });
-    let all = started.elapsed();
+    started.elapsed()
+}
+
+fn rss_mib() -> f64 {
+    status_mib("VmRSS")
+}
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let path = test_support::workspace_root().join("peers/bfcl/tools.json");
+    let tools: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; run scripts/install-peers.sh", path.display())),
+    )
+    .unwrap();
+    let texts: Vec<String> = tools.iter().map(tool_text).collect();
+    println!(
+        "before loading: peak RSS {:.1} MiB, now {:.1}",
+        peak_rss_mib(),
+        rss_mib()
+    );
+    let started = Instant::now();
+    let encoder = SentenceEncoder::load(&test_support::encoder_dir())
+        .unwrap_or_else(|e| panic!("{e}; run `tether model pull`"));
+    let load = started.elapsed();
+    let mut lengths: Vec<usize> = texts.iter().map(|t| encoder.tokenize(t).len()).collect();
+    lengths.sort_unstable();
+
+    let total: usize = lengths.iter().sum();
+    println!(
+        "{} tool texts, {} tokens: median {}, p90 {}, max {}",
+        texts.len(),
+        total,
+        lengths[lengths.len() / 2],
+        lengths[lengths.len() * 9 / 10],
+        lengths[lengths.len() - 1]
+    );
+    println!(
+        "load: {:.0} ms, peak RSS {:.1} MiB, now {:.1}",
+        load.as_secs_f64() * 1e3,
+        peak_rss_mib(),
+        rss_mib()
+    );
+    let workers = std::env::var("TETHER_BENCH_THREADS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let all = encode_all(&encoder, &texts, workers);
     println!(
         "every tool on {workers} threads: {:.2} s ({:.0} tokens/s), peak RSS {:.1} MiB",
         all.as_secs_f64(),
         total as f64 / all.as_secs_f64(),
         peak_rss_mib()
     );
+    if std::env::var_os("TETHER_BENCH_FAST_ONLY").is_some() {
+        return;
+    }
+    let portable = SentenceEncoder::load(&test_support::encoder_dir())
+        .unwrap()
+        .without_vnni();
+    let all = encode_all(&portable, &texts, workers);
+    println!(
+        "  the same without VNNI (the portable kernel, as on a CPU without it): {:.2} s",
+        all.as_secs_f64()
+    );
+    drop(portable);
     let queries = [
         "what is the weather in Paris tomorrow",
         "take 9 away from 30",

@@ -3,7 +3,7 @@
 //! padding: a token's row does not care which sequence it is in); only attention looks at one
 //! sequence at a time.
 
-use crate::int8::{QuantizedLinear, QuantizedRows};
+use crate::int8::{Layout, QuantizedLinear, QuantizedRows};
 use crate::math;
 use crate::weights::TensorFile;
 
@@ -13,8 +13,9 @@ pub(crate) const WIDTH: usize = 384;
 const HEAD_WIDTH: usize = 32;
 const LAYERS: usize = 6;
 const INTERMEDIATE: usize = 1536;
-/// Rows of the word embedding table read at a time while loading.
-const LOAD_ROWS: usize = 2048;
+/// Rows of the word embedding table read at a time while loading (under the allocator's
+/// 128 KB threshold, like `int8`'s).
+const LOAD_ROWS: usize = 64;
 
 struct Norm {
     gain: Vec<f32>,
@@ -31,15 +32,19 @@ struct Layer {
     out_norm: Norm,
 }
 
-/// The model: word embeddings in bfloat16 (looked up a row at a time, so precision is cheap
-/// there), the rest of the embeddings in f32, the layers' weights in i8.
+/// The model: word embeddings and the layers' weights in i8 (a scale per row), position and
+/// token type embeddings in f32: 23 MB in all.
 pub(crate) struct Bert {
-    words: Vec<u16>,
+    /// The word embeddings in i8, a scale per word.
+    words: Vec<i8>,
+    word_scales: Vec<f32>,
     vocabulary: usize,
     positions: Vec<f32>,
     token_type: Vec<f32>,
     embedding_norm: Norm,
     layers: Vec<Layer>,
+    /// Whether the VNNI kernel may run (where the CPU has it).
+    pub(crate) vnni: bool,
 }
 
 /// Buffers one batch reuses from layer to layer.
@@ -62,25 +67,35 @@ impl Bert {
                 bias: file.vector(&format!("{prefix}.bias"), WIDTH)?,
             })
         };
+        // One layer from one or more tensors of `outputs` rows each, stacked (query, key and
+        // value become one product), read a few rows at a time.
         let linear = |file: &mut TensorFile,
                       prefixes: &[String],
                       inputs: usize,
                       outputs: usize|
          -> Result<QuantizedLinear, String> {
-            let mut weight = Vec::with_capacity(inputs * outputs * prefixes.len());
             let mut bias = Vec::with_capacity(outputs * prefixes.len());
-            for prefix in prefixes {
-                let name = format!("{prefix}.weight");
-                let (w, rows, columns) = file.matrix(&name)?;
+            let names: Vec<String> = prefixes.iter().map(|p| format!("{p}.weight")).collect();
+            for (prefix, name) in prefixes.iter().zip(&names) {
+                let (rows, columns) = file.matrix_shape(name)?;
                 if (rows, columns) != (outputs, inputs) {
                     return Err(format!(
                         "{name} is {rows}×{columns}, not {outputs}×{inputs}"
                     ));
                 }
-                weight.extend(w);
                 bias.extend(file.vector(&format!("{prefix}.bias"), outputs)?);
             }
-            QuantizedLinear::new(&weight, outputs * prefixes.len(), inputs, bias)
+            QuantizedLinear::new(
+                outputs * prefixes.len(),
+                inputs,
+                bias,
+                Layout::for_this_cpu(),
+                |first, count| {
+                    let (which, row) = (first / outputs, first % outputs);
+                    let name = names.get(which).ok_or("a row past the layer")?;
+                    file.rows(name, row..(row + count).min(outputs))
+                },
+            )
         };
         let mut layers = Vec::with_capacity(LAYERS);
         for layer in 0..LAYERS {
@@ -120,9 +135,18 @@ impl Bert {
             return Err(format!("{name} is {vocabulary}×{columns}, not ×{WIDTH}"));
         }
         let mut words = Vec::with_capacity(vocabulary * WIDTH);
+        let mut word_scales = Vec::with_capacity(vocabulary);
         for start in (0..vocabulary).step_by(LOAD_ROWS) {
             let rows = file.rows(name, start..(start + LOAD_ROWS).min(vocabulary))?;
-            words.extend(rows.into_iter().map(to_bf16));
+            for row in rows.chunks_exact(WIDTH) {
+                let largest = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
+                words.extend(
+                    row.iter()
+                        .map(|v| (v / scale).round().clamp(-127.0, 127.0) as i8),
+                );
+                word_scales.push(scale);
+            }
         }
         let (positions, _, position_columns) =
             file.matrix("embeddings.position_embeddings.weight")?;
@@ -133,11 +157,13 @@ impl Bert {
         }
         Ok(Bert {
             words,
+            word_scales,
             vocabulary,
             positions,
             token_type: token_types[..WIDTH].to_vec(),
             embedding_norm: norm(file, "embeddings.LayerNorm")?,
             layers,
+            vnni: true,
         })
     }
 
@@ -154,19 +180,33 @@ impl Bert {
     /// The mean-pooled, unit-length embedding of each sequence (token ids below
     /// [`Bert::vocabulary`], at most [`Bert::max_positions`] each).
     pub(crate) fn embed(&self, sequences: &[Vec<u32>]) -> Vec<Vec<f32>> {
+        // Each thread keeps its buffers between batches: a batch's few megabytes allocated
+        // afresh each time cost page faults and zeroing (5% of an encoding, measured).
+        thread_local! {
+            static WORK: std::cell::RefCell<Workspace> = std::cell::RefCell::default();
+        }
+        WORK.with(|work| match work.try_borrow_mut() {
+            Ok(mut work) => self.embed_in(sequences, &mut work),
+            // Only re-entry could find it borrowed; that caller gets buffers of its own.
+            Err(_) => self.embed_in(sequences, &mut Workspace::default()),
+        })
+    }
+
+    fn embed_in(&self, sequences: &[Vec<u32>], work: &mut Workspace) -> Vec<Vec<f32>> {
         let tokens: usize = sequences.iter().map(Vec::len).sum();
-        let mut work = Workspace::default();
+        work.x.clear();
         work.x.resize(tokens * WIDTH, 0.0);
         let mut rows = work.x.chunks_exact_mut(WIDTH);
         for sequence in sequences {
             for (position, &id) in sequence.iter().enumerate() {
                 let Some(row) = rows.next() else { break };
                 let word = &self.words[id as usize * WIDTH..(id as usize + 1) * WIDTH];
+                let scale = self.word_scales[id as usize];
                 let position = &self.positions[position * WIDTH..(position + 1) * WIDTH];
                 for (((v, &w), p), t) in
                     row.iter_mut().zip(word).zip(position).zip(&self.token_type)
                 {
-                    *v = from_bf16(w) + p + t;
+                    *v = f32::from(w) * scale + p + t;
                 }
             }
         }
@@ -176,7 +216,7 @@ impl Bert {
             &self.embedding_norm.bias,
         );
         for layer in &self.layers {
-            self.layer(layer, sequences, &mut work);
+            self.layer(layer, sequences, work);
         }
         let mut at = 0;
         sequences
@@ -199,7 +239,9 @@ impl Bert {
         let tokens = work.x.len() / WIDTH;
         work.quantized.quantize(&work.x, WIDTH);
         work.qkv.resize(tokens * layer.qkv.outputs(), 0.0);
-        layer.qkv.apply(&work.quantized, &mut work.qkv, false);
+        layer
+            .qkv
+            .apply(&work.quantized, &mut work.qkv, false, self.vnni);
         work.context.clear();
         work.context.resize(tokens * WIDTH, 0.0);
         let stride = 3 * WIDTH;
@@ -219,7 +261,7 @@ impl Bert {
         work.quantized.quantize(&work.context, WIDTH);
         layer
             .attention_out
-            .apply(&work.quantized, &mut work.x, true);
+            .apply(&work.quantized, &mut work.x, true, self.vnni);
         math::layer_norm(
             &mut work.x,
             &layer.attention_norm.gain,
@@ -227,20 +269,14 @@ impl Bert {
         );
         work.quantized.quantize(&work.x, WIDTH);
         work.hidden.resize(tokens * INTERMEDIATE, 0.0);
-        layer.up.apply(&work.quantized, &mut work.hidden, false);
+        layer
+            .up
+            .apply(&work.quantized, &mut work.hidden, false, self.vnni);
         math::gelu(&mut work.hidden);
         work.quantized.quantize(&work.hidden, INTERMEDIATE);
-        layer.down.apply(&work.quantized, &mut work.x, true);
+        layer
+            .down
+            .apply(&work.quantized, &mut work.x, true, self.vnni);
         math::layer_norm(&mut work.x, &layer.out_norm.gain, &layer.out_norm.bias);
     }
-}
-
-/// f32 to bfloat16, rounding to nearest even.
-fn to_bf16(v: f32) -> u16 {
-    let bits = v.to_bits();
-    (bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16) as u16
-}
-
-fn from_bf16(v: u16) -> f32 {
-    f32::from_bits(u32::from(v) << 16)
 }

@@ -4,9 +4,9 @@
 //! thousands of tools take seconds rather than tens of seconds: AVX-512 VNNI multiplies 64
 //! byte pairs per instruction where f32 FMA does 16 (docs/decisions.md has the measurements).
 //!
-//! The integer sums are exact, so every kernel gives the same vectors bit for bit; the one
-//! used is picked at run time (VNNI where the CPU has it, else portable code that the compiler
-//! vectorises).
+//! The integer sums are exact, so every kernel gives the same sums; the one used is picked at
+//! run time: AVX-512 VNNI, AVX-VNNI, AVX2, or plain code the compiler vectorises for any CPU
+//! (which reads the weights laid out another way: [`Layout`]).
 
 /// Output columns per panel: four blocks of sixteen, the width of one VNNI accumulator each.
 const PANEL: usize = 64;
@@ -14,14 +14,41 @@ const PANEL: usize = 64;
 const PANEL_STEP: usize = PANEL * 4;
 /// Activation rows one kernel call works on (6 × 4 accumulators fit AVX-512's 32 registers).
 const ROWS: usize = 6;
+/// Weight rows read from the file at a time while loading: 16 rows of 1,536 floats stay under
+/// the allocator's 128 KB threshold, so one small buffer is reused rather than large ones
+/// mapped and left behind.
+const LOAD_ROWS: usize = 16;
+
+/// How a panel's 256 bytes per group of four inputs are ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Each output's four weights together, as VNNI's byte dot products (and the AVX2 kernel)
+    /// read them.
+    Quads,
+    /// Each input's 64 weights together, so plain code multiplies one input into 64 outputs
+    /// with contiguous loads: what the compiler vectorises on any CPU.
+    Columns,
+}
+
+impl Layout {
+    /// The layout this CPU's fastest kernel reads.
+    pub(crate) fn for_this_cpu() -> Layout {
+        #[cfg(target_arch = "x86_64")]
+        if has_vnni() || has_avx_vnni() || std::arch::is_x86_feature_detected!("avx2") {
+            return Layout::Quads;
+        }
+        Layout::Columns
+    }
+}
 
 /// A linear layer `y = x Wᵀ + b` with W quantised to i8 per output row.
 pub(crate) struct QuantizedLinear {
     inputs: usize,
     outputs: usize,
-    /// W in panels: for each 64 outputs, for each group of four inputs, 64 × 4 bytes (output
-    /// `j`'s four weights together), so a kernel reads each panel front to back.
+    /// W in panels: for each 64 outputs, for each group of four inputs, 256 bytes in `layout`,
+    /// so a kernel reads each panel front to back.
     packed: Vec<i8>,
+    layout: Layout,
     /// W's scale per output row.
     scales: Vec<f32>,
     /// The sum of each output row's quantised weights, to take the activations' zero points
@@ -40,60 +67,70 @@ pub(crate) struct QuantizedRows {
 }
 
 impl QuantizedLinear {
-    /// Quantises `weight` (outputs × inputs, row after row, as PyTorch stores a Linear).
-    /// `outputs` must be a multiple of 64 and `inputs` of 4 (MiniLM's 384, 1152 and 1536 are).
+    /// Quantises a layer of `outputs` × `inputs` weights (a row per output, as PyTorch stores
+    /// a Linear) into `layout`, taking the rows from `read_rows(first, count)` a few at a time
+    /// so that no float copy of the whole matrix is ever held. `outputs` must be a multiple of
+    /// 64 and `inputs` of 4 (MiniLM's 384, 1152 and 1536 are).
     pub(crate) fn new(
-        weight: &[f32],
         outputs: usize,
         inputs: usize,
         bias: Vec<f32>,
+        layout: Layout,
+        mut read_rows: impl FnMut(usize, usize) -> Result<Vec<f32>, String>,
     ) -> Result<QuantizedLinear, String> {
-        if !outputs.is_multiple_of(PANEL)
-            || !inputs.is_multiple_of(4)
-            || weight.len() != outputs * inputs
-        {
+        if !outputs.is_multiple_of(PANEL) || !inputs.is_multiple_of(4) {
             return Err(format!(
-                "a {outputs}×{inputs} layer with {} weights does not fit the kernels",
-                weight.len()
+                "a {outputs}×{inputs} layer does not fit the kernels"
             ));
         }
         if bias.len() != outputs {
             return Err(format!("{} biases for {outputs} outputs", bias.len()));
         }
-        let mut quantized = vec![0i8; outputs * inputs];
-        let mut scales = Vec::with_capacity(outputs);
-        let mut sums = Vec::with_capacity(outputs);
-        for (row, out) in weight
-            .chunks_exact(inputs)
-            .zip(quantized.chunks_exact_mut(inputs))
-        {
-            let largest = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
-            let mut sum = 0i32;
-            for (q, v) in out.iter_mut().zip(row) {
-                *q = (v / scale).round().clamp(-127.0, 127.0) as i8;
-                sum += i32::from(*q);
-            }
-            scales.push(scale);
-            sums.push(sum);
-        }
         let groups = inputs / 4;
         let mut packed = vec![0i8; outputs * inputs];
-        for panel in 0..outputs / PANEL {
-            for group in 0..groups {
-                let base = (panel * groups + group) * PANEL_STEP;
-                for column in 0..PANEL {
-                    let row = panel * PANEL + column;
-                    let from = row * inputs + group * 4;
-                    packed[base + column * 4..base + column * 4 + 4]
-                        .copy_from_slice(&quantized[from..from + 4]);
+        let mut scales = Vec::with_capacity(outputs);
+        let mut sums = Vec::with_capacity(outputs);
+        let mut quantized = vec![0i8; inputs];
+        let mut first = 0;
+        while first < outputs {
+            let count = LOAD_ROWS.min(outputs - first);
+            let rows = read_rows(first, count)?;
+            if rows.len() != count * inputs {
+                return Err(format!(
+                    "rows {first}.. hold {} weights, not {}",
+                    rows.len(),
+                    count * inputs
+                ));
+            }
+            for (i, row) in rows.chunks_exact(inputs).enumerate() {
+                let largest = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
+                let mut sum = 0i32;
+                for (q, v) in quantized.iter_mut().zip(row) {
+                    *q = (v / scale).round().clamp(-127.0, 127.0) as i8;
+                    sum += i32::from(*q);
+                }
+                scales.push(scale);
+                sums.push(sum);
+                let (panel, column) = ((first + i) / PANEL, (first + i) % PANEL);
+                for group in 0..groups {
+                    let base = (panel * groups + group) * PANEL_STEP;
+                    for t in 0..4 {
+                        let at = match layout {
+                            Layout::Quads => column * 4 + t,
+                            Layout::Columns => t * PANEL + column,
+                        };
+                        packed[base + at] = quantized[group * 4 + t];
+                    }
                 }
             }
+            first += count;
         }
         Ok(QuantizedLinear {
             inputs,
             outputs,
             packed,
+            layout,
             scales,
             sums,
             bias,
@@ -106,23 +143,36 @@ impl QuantizedLinear {
     }
 
     /// `y = x Wᵀ + b` for every row of `x`, written into `y` (rows × outputs), or added to
-    /// what `y` holds when `accumulate` (a residual connection).
-    pub(crate) fn apply(&self, x: &QuantizedRows, y: &mut [f32], accumulate: bool) {
+    /// what `y` holds when `accumulate` (a residual connection). The VNNI kernel runs where the
+    /// CPU has it and `vnni` allows it.
+    pub(crate) fn apply(&self, x: &QuantizedRows, y: &mut [f32], accumulate: bool, vnni: bool) {
         debug_assert_eq!(x.width, self.inputs);
         debug_assert_eq!(y.len(), x.scales.len() * self.outputs);
+        if self.layout == Layout::Columns {
+            self.apply_with(x, y, accumulate, portable_panel);
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
-        if has_vnni() {
+        if vnni && has_vnni() {
             // SAFETY: has_vnni() saw the CPU features the function is compiled for.
             unsafe { self.apply_vnni(x, y, accumulate) };
             return;
         }
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if vnni && has_avx_vnni() {
+            // SAFETY: as above.
+            unsafe { self.apply_avx_vnni(x, y, accumulate) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
             // SAFETY: as above.
             unsafe { self.apply_avx2(x, y, accumulate) };
             return;
         }
-        self.apply_with(x, y, accumulate, portable_panel);
+        // Quads on a CPU without AVX2 (only when asked for): the sums, slowly.
+        self.apply_with(x, y, accumulate, quads_panel);
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -136,9 +186,23 @@ impl QuantizedLinear {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma,avxvnni")]
+    unsafe fn apply_avx_vnni(&self, x: &QuantizedRows, y: &mut [f32], accumulate: bool) {
+        self.apply_with(x, y, accumulate, |x, width, count, weights, sums| {
+            // SAFETY: apply() saw the features; apply_with passes `count` rows of `width`
+            // bytes and a whole panel.
+            unsafe { avx_vnni::panel(x, width, count, weights, sums) }
+        });
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn apply_avx2(&self, x: &QuantizedRows, y: &mut [f32], accumulate: bool) {
-        self.apply_with(x, y, accumulate, portable_panel);
+        self.apply_with(x, y, accumulate, |x, width, count, weights, sums| {
+            // SAFETY: apply() saw the features; apply_with passes `count` rows of `width`
+            // bytes and a whole panel.
+            unsafe { avx2::panel(x, width, count, weights, sums) }
+        });
     }
 
     /// The panels in turn, each over every row six at a time, then each sum scaled back to f32
@@ -179,15 +243,13 @@ impl QuantizedLinear {
                     };
                     if accumulate {
                         for c in 0..PANEL {
-                            out[c] += (row_sums[c] - zero * w_sums[c]) as f32
-                                * (x_scale * w_scales[c])
-                                + bias[c];
+                            out[c] += ((row_sums[c] - zero * w_sums[c]) as f32)
+                                .mul_add(x_scale * w_scales[c], bias[c]);
                         }
                     } else {
                         for c in 0..PANEL {
-                            out[c] = (row_sums[c] - zero * w_sums[c]) as f32
-                                * (x_scale * w_scales[c])
-                                + bias[c];
+                            out[c] = ((row_sums[c] - zero * w_sums[c]) as f32)
+                                .mul_add(x_scale * w_scales[c], bias[c]);
                         }
                     }
                 }
@@ -277,8 +339,24 @@ fn has_vnni() -> bool {
     }
 }
 
-/// The integer sums of `count` rows of `x` with one panel of weights, in portable code
-/// (inlined into the AVX2 variant of `apply`, where the compiler vectorises it for AVX2).
+/// Whether this CPU runs the 256-bit VNNI kernel (AVX-VNNI: Intel's cores since 2021, AMD's
+/// since Zen 5).
+fn has_avx_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avxvnni")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The integer sums of `count` rows of `x` with one panel of weights in the `Columns` layout,
+/// in plain code: each input times its 64 contiguous weights, which the compiler vectorises
+/// for whatever CPU it builds for.
 #[inline(always)]
 fn portable_panel(
     x: &[u8],
@@ -291,17 +369,142 @@ fn portable_panel(
         let row = &x[r * width..(r + 1) * width];
         *row_sums = [0; PANEL];
         for (inputs, step) in row.chunks_exact(4).zip(weights.chunks_exact(PANEL_STEP)) {
-            let a = [
-                i32::from(inputs[0]),
-                i32::from(inputs[1]),
-                i32::from(inputs[2]),
-                i32::from(inputs[3]),
-            ];
+            for (t, &input) in inputs.iter().enumerate() {
+                let Ok(column) = <&[i8; PANEL]>::try_from(&step[t * PANEL..(t + 1) * PANEL]) else {
+                    continue;
+                };
+                let a = i32::from(input);
+                for c in 0..PANEL {
+                    row_sums[c] += a * i32::from(column[c]);
+                }
+            }
+        }
+    }
+}
+
+/// The same sums from the `Quads` layout in plain code (no vector unit assumed).
+fn quads_panel(
+    x: &[u8],
+    width: usize,
+    count: usize,
+    weights: &[i8],
+    sums: &mut [[i32; PANEL]; ROWS],
+) {
+    for (r, row_sums) in sums.iter_mut().enumerate().take(count) {
+        let row = &x[r * width..(r + 1) * width];
+        *row_sums = [0; PANEL];
+        for (inputs, step) in row.chunks_exact(4).zip(weights.chunks_exact(PANEL_STEP)) {
             for (sum, w) in row_sums.iter_mut().zip(step.chunks_exact(4)) {
-                *sum += a[0] * i32::from(w[0])
-                    + a[1] * i32::from(w[1])
-                    + a[2] * i32::from(w[2])
-                    + a[3] * i32::from(w[3]);
+                *sum += w
+                    .iter()
+                    .zip(inputs)
+                    .map(|(&w, &a)| i32::from(a) * i32::from(w))
+                    .sum::<i32>();
+            }
+        }
+    }
+}
+
+/// AVX2 without VNNI: inputs and weights widened to i16, `vpmaddwd` multiplies 16 pairs and
+/// adds them two by two into i32 lanes (a column's two half-sums side by side, added at the
+/// end). About a third of VNNI's speed, and the same sums.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{PANEL, PANEL_STEP, ROWS};
+
+    /// The integer sums of `count` rows with one panel, 32 columns at a time.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2; `x` holds `count` rows of `width` bytes and `weights` `width / 4`
+    /// steps of 256 bytes.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn panel(
+        x: &[u8],
+        width: usize,
+        count: usize,
+        weights: &[i8],
+        sums: &mut [[i32; PANEL]; ROWS],
+    ) {
+        debug_assert!(x.len() >= count * width && weights.len() >= width / 4 * PANEL_STEP);
+        let w = weights.as_ptr();
+        for (r, row_sums) in sums.iter_mut().enumerate().take(count) {
+            let row = &x[r * width..(r + 1) * width];
+            for half in 0..2 {
+                let mut acc = [_mm256_setzero_si256(); 8];
+                for (group, four) in row.chunks_exact(4).enumerate() {
+                    // The four inputs as i16, once for each of four columns.
+                    let inputs = _mm256_set1_epi64x(
+                        i64::from(four[0])
+                            | (i64::from(four[1]) << 16)
+                            | (i64::from(four[2]) << 32)
+                            | (i64::from(four[3]) << 48),
+                    );
+                    // SAFETY: group < width / 4, and half × 128 + 8 × 16 bytes stay inside
+                    // the step's 256.
+                    unsafe {
+                        let step = w.add(group * PANEL_STEP + half * 128);
+                        for (j, acc) in acc.iter_mut().enumerate() {
+                            let columns =
+                                _mm256_cvtepi8_epi16(_mm_loadu_si128(step.add(j * 16).cast()));
+                            *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(columns, inputs));
+                        }
+                    }
+                }
+                for (j, acc) in acc.iter().enumerate() {
+                    let mut lanes = [0i32; 8];
+                    // SAFETY: eight i32 lanes into an array of eight.
+                    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), *acc) };
+                    for c in 0..4 {
+                        row_sums[half * 32 + j * 4 + c] = lanes[2 * c] + lanes[2 * c + 1];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// AVX-VNNI: VNNI's byte dot products on 256-bit registers, eight per row per step.
+#[cfg(target_arch = "x86_64")]
+mod avx_vnni {
+    use std::arch::x86_64::*;
+
+    use super::{PANEL, PANEL_STEP, ROWS};
+
+    /// The integer sums of `count` rows with one panel, a row at a time.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and AVX-VNNI; `x` holds `count` rows of `width` bytes and
+    /// `weights` `width / 4` steps of 256 bytes.
+    #[target_feature(enable = "avx2,avxvnni")]
+    pub(super) unsafe fn panel(
+        x: &[u8],
+        width: usize,
+        count: usize,
+        weights: &[i8],
+        sums: &mut [[i32; PANEL]; ROWS],
+    ) {
+        debug_assert!(x.len() >= count * width && weights.len() >= width / 4 * PANEL_STEP);
+        let w = weights.as_ptr();
+        for (r, row_sums) in sums.iter_mut().enumerate().take(count) {
+            let row = &x[r * width..(r + 1) * width];
+            let mut acc = [_mm256_setzero_si256(); 8];
+            for (group, four) in row.chunks_exact(4).enumerate() {
+                let inputs =
+                    _mm256_set1_epi32(i32::from_le_bytes([four[0], four[1], four[2], four[3]]));
+                // SAFETY: group < width / 4, and 8 × 32 bytes are the step's 256.
+                unsafe {
+                    let step = w.add(group * PANEL_STEP);
+                    for (j, acc) in acc.iter_mut().enumerate() {
+                        let columns = _mm256_loadu_si256(step.add(j * 32).cast());
+                        *acc = _mm256_dpbusd_avx_epi32(*acc, inputs, columns);
+                    }
+                }
+            }
+            for (j, acc) in acc.iter().enumerate() {
+                // SAFETY: eight i32 lanes into eight of the row's 64.
+                unsafe { _mm256_storeu_si256(row_sums[j * 8..].as_mut_ptr().cast(), *acc) };
             }
         }
     }
@@ -395,15 +598,42 @@ mod tests {
         let x: Vec<f32> = (0..rows * inputs)
             .map(|i| ((i * 53 % 89) as f32 - 30.0) / 40.0)
             .collect();
-        let layer = QuantizedLinear::new(&weight, outputs, inputs, bias.clone()).unwrap();
+        let read = |first: usize, count: usize| {
+            Ok(weight[first * inputs..(first + count) * inputs].to_vec())
+        };
+        let layer =
+            QuantizedLinear::new(outputs, inputs, bias.clone(), Layout::Quads, read).unwrap();
+        let columns =
+            QuantizedLinear::new(outputs, inputs, bias.clone(), Layout::Columns, read).unwrap();
         let mut q = QuantizedRows::default();
         q.quantize(&x, inputs);
         let mut y = vec![0.0; rows * outputs];
-        layer.apply(&q, &mut y, false);
+        layer.apply(&q, &mut y, false, true);
         let mut portable = vec![[[0i32; PANEL]; ROWS]; 2];
         let groups = inputs / 4;
         let weights = &layer.packed[..groups * PANEL_STEP];
-        portable_panel(&q.data[..6 * inputs], inputs, 6, weights, &mut portable[0]);
+        quads_panel(&q.data[..6 * inputs], inputs, 6, weights, &mut portable[0]);
+        let mut other = [[0i32; PANEL]; ROWS];
+        let column_weights = &columns.packed[..groups * PANEL_STEP];
+        portable_panel(&q.data[..6 * inputs], inputs, 6, column_weights, &mut other);
+        assert_eq!(portable[0], other, "the two layouts' plain sums differ");
+        let mut from_columns = vec![0.0; rows * outputs];
+        columns.apply(&q, &mut from_columns, false, true);
+        assert_eq!(y, from_columns, "the Columns layout gives other outputs");
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            let mut other = [[0i32; PANEL]; ROWS];
+            // SAFETY: the feature was detected; the slices hold 6 rows and the panel.
+            unsafe { avx2::panel(&q.data[..6 * inputs], inputs, 6, weights, &mut other) };
+            assert_eq!(portable[0], other, "AVX2 and portable sums differ");
+        }
+        #[cfg(target_arch = "x86_64")]
+        if has_avx_vnni() {
+            let mut other = [[0i32; PANEL]; ROWS];
+            // SAFETY: the features were detected; the slices hold 6 rows and the panel.
+            unsafe { avx_vnni::panel(&q.data[..6 * inputs], inputs, 6, weights, &mut other) };
+            assert_eq!(portable[0], other, "AVX-VNNI and portable sums differ");
+        }
         #[cfg(target_arch = "x86_64")]
         if has_vnni() {
             // SAFETY: the features were detected; the slices hold 6 rows and the panel.
@@ -424,7 +654,7 @@ mod tests {
             }
         }
         let mut again = y.clone();
-        layer.apply(&q, &mut again, true);
+        layer.apply(&q, &mut again, true, true);
         assert!((again[5] - 2.0 * y[5]).abs() < 1e-4, "accumulate adds");
     }
 }

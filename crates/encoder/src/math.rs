@@ -4,9 +4,11 @@
 
 const LANES: usize = 16;
 
-/// Defines a function whose body is compiled three times: for AVX-512, for AVX2 and for the
-/// baseline, the first the CPU has being run. The body's loops then vectorise as wide as the
-/// machine allows (helpers marked `#[inline(always)]` are compiled into each).
+/// Defines a function whose body is compiled three times: for AVX-512, for AVX2 with FMA and
+/// for the baseline, the first the CPU has being run. The body's loops then vectorise as wide
+/// as the machine allows (helpers marked `#[inline(always)]` are compiled into each), and
+/// `mul_add` is one instruction (on the x86-64 baseline it is a library call: correct, slow,
+/// and only on CPUs from before 2013).
 macro_rules! with_wide_vectors {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
         $(#[$meta])*
@@ -15,20 +17,36 @@ macro_rules! with_wide_vectors {
             {
                 #[target_feature(enable = "avx512f")]
                 fn avx512($($arg: $ty),*) $body
-                #[target_feature(enable = "avx2")]
+                #[target_feature(enable = "avx2,fma")]
                 fn avx2($($arg: $ty),*) $body
                 if std::arch::is_x86_feature_detected!("avx512f") {
                     // SAFETY: the feature `avx512` is compiled for was just detected.
                     return unsafe { avx512($($arg),*) };
                 }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the feature `avx2` is compiled for was just detected.
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the features `avx2` is compiled for were just detected.
                     return unsafe { avx2($($arg),*) };
                 }
             }
             $body
         }
     };
+}
+
+/// The lanes of `v` folded by `f` in halves (8 pairs, 4, 2, 1): a few vector steps where a
+/// left-to-right fold is a chain of sixteen dependent ones.
+#[inline(always)]
+fn fold_lanes(mut v: [f32; LANES], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut width = LANES / 2;
+    while width > 0 {
+        for i in 0..width {
+            v[i] = f(v[i], v[i + width]);
+        }
+        width /= 2;
+    }
+    v[0]
 }
 
 /// The smallest and largest value of `x`.
@@ -45,12 +63,12 @@ pub(crate) fn min_max(x: &[f32]) -> (f32, f32) {
             *h = if c > *h { c } else { *h };
         }
     }
-    let (mut small, mut large) = (f32::INFINITY, f32::NEG_INFINITY);
-    for &c in low.iter().chain(rest) {
-        small = if c < small { c } else { small };
-    }
-    for &c in high.iter().chain(rest) {
-        large = if c > large { c } else { large };
+    let smaller = |a: f32, b: f32| if b < a { b } else { a };
+    let larger = |a: f32, b: f32| if b > a { b } else { a };
+    let (mut small, mut large) = (fold_lanes(low, smaller), fold_lanes(high, larger));
+    for &c in rest {
+        small = smaller(small, c);
+        large = larger(large, c);
     }
     (small, large)
 }
@@ -66,7 +84,7 @@ pub(crate) fn sum(x: &[f32]) -> f32 {
             lanes[l] += chunk[l];
         }
     }
-    lanes.iter().sum::<f32>() + rest
+    fold_lanes(lanes, |a, b| a + b) + rest
 }
 
 /// The dot product of `a` and `b`.
@@ -85,7 +103,7 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
             lanes[l] += x[l] * y[l];
         }
     }
-    lanes.iter().sum::<f32>() + rest
+    fold_lanes(lanes, |a, b| a + b) + rest
 }
 
 /// Layer normalisation of each row of `x` (rows of `gain.len()`), in place.
@@ -150,13 +168,17 @@ with_wide_vectors! {
         debug_assert_eq!(head_width, HEAD);
         let stride = 3 * width;
         let scale = 1.0 / (HEAD as f32).sqrt();
-        // Keys in groups of 64: four accumulators per query, so the additions do not wait on each
-        // other.
+        // Keys in groups of 64: four accumulators per query, so the multiply-adds do not wait
+        // on each other.
         const GROUP: usize = 4 * LANES;
         let padded = n.div_ceil(GROUP) * GROUP;
         scratch.clear();
-        scratch.resize(HEAD * padded + padded, 0.0);
-        let (keys, scores) = scratch.split_at_mut(HEAD * padded);
+        scratch.resize(HEAD * padded + 2 * padded, 0.0);
+        let (keys, rest) = scratch.split_at_mut(HEAD * padded);
+        let (scores, mask) = rest.split_at_mut(padded);
+        // Padding keys score far below any real one: the softmax then runs over whole
+        // registers, and their weights (e^-87 at most) vanish beside the largest's 1.
+        mask[n..].fill(-30_000.0);
         for head in 0..width / HEAD {
             let (q, k, v) = (head * HEAD, width + head * HEAD, 2 * width + head * HEAD);
             for j in 0..n {
@@ -173,27 +195,29 @@ with_wide_vectors! {
                     let mut acc = [[0f32; LANES]; 4];
                     for (d, &qd) in query.iter().enumerate() {
                         let start = d * padded + group * GROUP;
-                        let Ok(column) = <&[f32; GROUP]>::try_from(&keys[start..start + GROUP]) else {
+                        let Ok(column) = <&[f32; GROUP]>::try_from(&keys[start..start + GROUP])
+                        else {
                             continue;
                         };
                         for (b, acc) in acc.iter_mut().enumerate() {
                             for l in 0..LANES {
-                                acc[l] += qd * column[b * LANES + l];
+                                acc[l] = qd.mul_add(column[b * LANES + l], acc[l]);
                             }
                         }
                     }
+                    let mask = &mask[group * GROUP..(group + 1) * GROUP];
                     for (b, acc) in acc.iter().enumerate() {
                         for l in 0..LANES {
-                            out[b * LANES + l] = acc[l] * scale;
+                            out[b * LANES + l] = acc[l].mul_add(scale, mask[b * LANES + l]);
                         }
                     }
                 }
-                let scores = &mut scores[..n];
                 let (_, top) = min_max(scores);
                 for s in scores.iter_mut() {
                     *s = exp_nonpositive(*s - top);
                 }
                 let inverse = 1.0 / sum(scores);
+                let scores = &scores[..n];
                 // Even and odd keys in separate sums, again so the additions can overlap.
                 let (mut even, mut odd) = ([0f32; HEAD], [0f32; HEAD]);
                 let value = |j: usize| &qkv[j * stride + v..j * stride + v + HEAD];
@@ -201,14 +225,14 @@ with_wide_vectors! {
                 for (pair, p) in pairs.iter().enumerate() {
                     let (a, b) = (value(2 * pair), value(2 * pair + 1));
                     for l in 0..HEAD {
-                        even[l] += p[0] * a[l];
-                        odd[l] += p[1] * b[l];
+                        even[l] = p[0].mul_add(a[l], even[l]);
+                        odd[l] = p[1].mul_add(b[l], odd[l]);
                     }
                 }
                 if let [p] = last {
                     let a = value(n - 1);
                     for l in 0..HEAD {
-                        even[l] += p * a[l];
+                        even[l] = p.mul_add(a[l], even[l]);
                     }
                 }
                 let out = &mut context[i * width + q..i * width + q + HEAD];

@@ -112,15 +112,25 @@ impl TensorFile {
         self.tensor(name)
     }
 
+    /// `count` floats from byte `at`, read through a small buffer so that loading holds no
+    /// second copy of a tensor.
     fn floats(&mut self, at: u64, count: usize) -> Result<Vec<f32>, String> {
-        let mut bytes = vec![0u8; count * 4];
+        const CHUNK: usize = 64 << 10;
+        let mut floats = Vec::with_capacity(count);
+        let mut bytes = [0u8; CHUNK];
         self.file
             .seek(SeekFrom::Start(at))
-            .and_then(|_| self.file.read_exact(&mut bytes))
             .map_err(|e| e.to_string())?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+        let mut left = count * 4;
+        while left > 0 {
+            let part = &mut bytes[..left.min(CHUNK)];
+            self.file.read_exact(part).map_err(|e| e.to_string())?;
+            floats.extend(
+                part.chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            );
+            left -= part.len();
+        }
+        Ok(floats)
     }
 }

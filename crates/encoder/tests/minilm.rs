@@ -81,6 +81,21 @@ fn vectors_match_the_f32_reference_within_quantisation() {
     }
 }
 
+/// The portable kernel (what a CPU without VNNI runs) gives the vectors the VNNI one does: the
+/// integer sums are exact, so only the float steps around them may differ, by rounding.
+#[test]
+fn both_kernels_give_the_same_vectors() {
+    let texts = [
+        "take 9 away from 30",
+        "get weather: Current conditions for a city. Parameters: city, units",
+    ];
+    let fast = encoder().embed_batch(&texts);
+    let portable = encoder().without_vnni().embed_batch(&texts);
+    for (a, b) in fast.iter().zip(&portable) {
+        assert!(cosine(a, b) > 0.999_99, "{}", cosine(a, b));
+    }
+}
+
 #[test]
 fn meaning_without_shared_words_lands_close() {
     let encoder = encoder();
