@@ -5,7 +5,8 @@
 #           and server-everything; the agent loop's overhead per call; start-up of 1/10/50
 #           servers and the first request with one slow server; peak RSS of run and chat
 #   local — embedded-model tool-call accuracy with and without grammar; tokens/s vs llama-bench
-#   search — tool-search recall and speed over the BFCL v4 fixture (1,853 tools); tokens per mode
+#   search — tool-search recall and speed over the BFCL v4 fixture (1,853 tools); tokens per mode;
+#            the encoder's speed, and `tools --search`'s first search cold and warm with its RSS
 #   gateway — `tether serve` (both eras) vs direct, the floor of an HTTP-to-stdio proxy, the Rust
 #             mcp-proxy 0.6.0 (install-peers.sh builds it) and the Python mcp-proxy 0.13.0 at
 #             1/8/32/64 clients, 2,000 calls per cell; CPU per call; peak RSS, 10 upstreams
@@ -49,9 +50,14 @@ if [ ! -x peers/.venv-proxy/bin/mcp-proxy ]; then
   peers/.venv-proxy/bin/pip install --quiet --disable-pip-version-check mcp-proxy==0.13.0
 fi
 cargo bench --locked -p tether --bench mcp "${args[@]}"
-# The search encoder for the semantic column (cached after the first time).
-cargo run --quiet --locked --release -p tether -- model pull >/dev/null
+# The search encoder for the semantic column (cached after the first time); `model pull` prints
+# the default model's path, then the encoder's directory.
+encoder_dir="$(cargo run --quiet --locked --release -p tether -- model pull | tail -1)"
 cargo bench --locked -p tether-catalog --bench search "${args[@]}"
+# The encoder itself (tokens, a cold encoding of BFCL's tools with and without VNNI, a query),
+# then the first search as a person meets it: `tether tools --search` cold, warm and lexical.
+cargo bench --locked -p tether-encoder --bench encode "${args[@]}"
+python3 scripts/bench-first-search.py "${CARGO_TARGET_DIR:-target}/release/tether" "$encoder_dir" 5
 cargo bench --locked -p tether --bench gateway "${args[@]}"
 if [ -z "$quick" ]; then
   cargo bench --locked -p tether --bench local "${args[@]}"
