@@ -58,96 +58,118 @@ struct Workspace {
     scores: Vec<f32>,
 }
 
+/// A layer norm's gain and bias.
+fn norm(file: &mut TensorFile, prefix: &str) -> Result<Norm, String> {
+    Ok(Norm {
+        gain: file.vector(&format!("{prefix}.weight"), WIDTH)?,
+        bias: file.vector(&format!("{prefix}.bias"), WIDTH)?,
+    })
+}
+
+/// One linear layer from one or more tensors of `outputs` rows each, stacked (query, key and
+/// value become one product), read a few rows at a time.
+fn linear(
+    file: &mut TensorFile,
+    prefixes: &[String],
+    inputs: usize,
+    outputs: usize,
+) -> Result<QuantizedLinear, String> {
+    let mut bias = Vec::with_capacity(outputs * prefixes.len());
+    let names: Vec<String> = prefixes.iter().map(|p| format!("{p}.weight")).collect();
+    for (prefix, name) in prefixes.iter().zip(&names) {
+        let (rows, columns) = file.matrix_shape(name)?;
+        if (rows, columns) != (outputs, inputs) {
+            return Err(format!(
+                "{name} is {rows}×{columns}, not {outputs}×{inputs}"
+            ));
+        }
+        bias.extend(file.vector(&format!("{prefix}.bias"), outputs)?);
+    }
+    QuantizedLinear::new(
+        outputs * prefixes.len(),
+        inputs,
+        bias,
+        Layout::for_this_cpu(),
+        |first, count| {
+            let (which, row) = (first / outputs, first % outputs);
+            let name = names.get(which).ok_or("a row past the layer")?;
+            file.rows(name, row..(row + count).min(outputs))
+        },
+    )
+}
+
+/// Encoder layer `layer`.
+fn load_layer(file: &mut TensorFile, layer: usize) -> Result<Layer, String> {
+    let p = format!("encoder.layer.{layer}");
+    let attention = format!("{p}.attention.self");
+    Ok(Layer {
+        qkv: linear(
+            file,
+            &[
+                format!("{attention}.query"),
+                format!("{attention}.key"),
+                format!("{attention}.value"),
+            ],
+            WIDTH,
+            WIDTH,
+        )?,
+        attention_out: linear(file, &[format!("{p}.attention.output.dense")], WIDTH, WIDTH)?,
+        attention_norm: norm(file, &format!("{p}.attention.output.LayerNorm"))?,
+        up: linear(
+            file,
+            &[format!("{p}.intermediate.dense")],
+            WIDTH,
+            INTERMEDIATE,
+        )?,
+        down: linear(file, &[format!("{p}.output.dense")], INTERMEDIATE, WIDTH)?,
+        out_norm: norm(file, &format!("{p}.output.LayerNorm"))?,
+    })
+}
+
+/// The word embeddings in i8 with a scale per word, and how many words there are.
+fn load_words(file: &mut TensorFile) -> Result<(Vec<i8>, Vec<f32>, usize), String> {
+    let name = "embeddings.word_embeddings.weight";
+    let (vocabulary, columns) = file.matrix_shape(name)?;
+    if columns != WIDTH {
+        return Err(format!("{name} is {vocabulary}×{columns}, not ×{WIDTH}"));
+    }
+    let mut words = Vec::with_capacity(vocabulary * WIDTH);
+    let mut word_scales = Vec::with_capacity(vocabulary);
+    for start in (0..vocabulary).step_by(LOAD_ROWS) {
+        let rows = file.rows(name, start..(start + LOAD_ROWS).min(vocabulary))?;
+        for row in rows.chunks_exact(WIDTH) {
+            let largest = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
+            words.extend(
+                row.iter()
+                    .map(|v| (v / scale).round().clamp(-127.0, 127.0) as i8),
+            );
+            word_scales.push(scale);
+        }
+    }
+    Ok((words, word_scales, vocabulary))
+}
+
 impl Bert {
-    /// Reads and quantises the model, one tensor at a time.
-    pub(crate) fn load(file: &mut TensorFile) -> Result<Bert, String> {
-        let norm = |file: &mut TensorFile, prefix: &str| -> Result<Norm, String> {
-            Ok(Norm {
-                gain: file.vector(&format!("{prefix}.weight"), WIDTH)?,
-                bias: file.vector(&format!("{prefix}.bias"), WIDTH)?,
-            })
-        };
-        // One layer from one or more tensors of `outputs` rows each, stacked (query, key and
-        // value become one product), read a few rows at a time.
-        let linear = |file: &mut TensorFile,
-                      prefixes: &[String],
-                      inputs: usize,
-                      outputs: usize|
-         -> Result<QuantizedLinear, String> {
-            let mut bias = Vec::with_capacity(outputs * prefixes.len());
-            let names: Vec<String> = prefixes.iter().map(|p| format!("{p}.weight")).collect();
-            for (prefix, name) in prefixes.iter().zip(&names) {
-                let (rows, columns) = file.matrix_shape(name)?;
-                if (rows, columns) != (outputs, inputs) {
-                    return Err(format!(
-                        "{name} is {rows}×{columns}, not {outputs}×{inputs}"
-                    ));
-                }
-                bias.extend(file.vector(&format!("{prefix}.bias"), outputs)?);
-            }
-            QuantizedLinear::new(
-                outputs * prefixes.len(),
-                inputs,
-                bias,
-                Layout::for_this_cpu(),
-                |first, count| {
-                    let (which, row) = (first / outputs, first % outputs);
-                    let name = names.get(which).ok_or("a row past the layer")?;
-                    file.rows(name, row..(row + count).min(outputs))
-                },
-            )
-        };
-        let mut layers = Vec::with_capacity(LAYERS);
-        for layer in 0..LAYERS {
-            let p = format!("encoder.layer.{layer}");
-            let attention = format!("{p}.attention.self");
-            layers.push(Layer {
-                qkv: linear(
-                    file,
-                    &[
-                        format!("{attention}.query"),
-                        format!("{attention}.key"),
-                        format!("{attention}.value"),
-                    ],
-                    WIDTH,
-                    WIDTH,
-                )?,
-                attention_out: linear(
-                    file,
-                    &[format!("{p}.attention.output.dense")],
-                    WIDTH,
-                    WIDTH,
-                )?,
-                attention_norm: norm(file, &format!("{p}.attention.output.LayerNorm"))?,
-                up: linear(
-                    file,
-                    &[format!("{p}.intermediate.dense")],
-                    WIDTH,
-                    INTERMEDIATE,
-                )?,
-                down: linear(file, &[format!("{p}.output.dense")], INTERMEDIATE, WIDTH)?,
-                out_norm: norm(file, &format!("{p}.output.LayerNorm"))?,
+    /// Reads and quantises the model, a few rows at a time, on two threads (the word
+    /// embeddings on one, the layers on the other: about the same work), each with its own
+    /// file from `open`.
+    pub(crate) fn load(
+        open: impl Fn() -> Result<TensorFile, String> + Sync,
+    ) -> Result<Bert, String> {
+        let (layers, (words, word_scales, vocabulary)) = std::thread::scope(|scope| {
+            let words = scope.spawn(|| load_words(&mut open()?));
+            let layers = open().and_then(|mut file| {
+                (0..LAYERS)
+                    .map(|layer| load_layer(&mut file, layer))
+                    .collect::<Result<Vec<Layer>, String>>()
             });
-        }
-        let name = "embeddings.word_embeddings.weight";
-        let (vocabulary, columns) = file.matrix_shape(name)?;
-        if columns != WIDTH {
-            return Err(format!("{name} is {vocabulary}×{columns}, not ×{WIDTH}"));
-        }
-        let mut words = Vec::with_capacity(vocabulary * WIDTH);
-        let mut word_scales = Vec::with_capacity(vocabulary);
-        for start in (0..vocabulary).step_by(LOAD_ROWS) {
-            let rows = file.rows(name, start..(start + LOAD_ROWS).min(vocabulary))?;
-            for row in rows.chunks_exact(WIDTH) {
-                let largest = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
-                words.extend(
-                    row.iter()
-                        .map(|v| (v / scale).round().clamp(-127.0, 127.0) as i8),
-                );
-                word_scales.push(scale);
-            }
-        }
+            let words = words
+                .join()
+                .unwrap_or_else(|_| Err("reading the word embeddings failed".into()));
+            Ok::<_, String>((layers?, words?))
+        })?;
+        let mut file = open()?;
         let (positions, _, position_columns) =
             file.matrix("embeddings.position_embeddings.weight")?;
         let (token_types, _, type_columns) =
@@ -161,7 +183,7 @@ impl Bert {
             vocabulary,
             positions,
             token_type: token_types[..WIDTH].to_vec(),
-            embedding_norm: norm(file, "embeddings.LayerNorm")?,
+            embedding_norm: norm(&mut file, "embeddings.LayerNorm")?,
             layers,
             vnni: true,
         })

@@ -278,36 +278,36 @@ impl QuantizedRows {
             unsafe { self.quantize_avx2(x, width) };
             return;
         }
-        self.quantize_body(x, width);
+        self.quantize_body(x, width, crate::math::min_max);
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn quantize_avx512(&mut self, x: &[f32], width: usize) {
-        self.quantize_body(x, width);
+        // SAFETY: this function runs only where AVX-512 F was detected.
+        self.quantize_body(x, width, |row| unsafe { crate::math::min_max_avx512(row) });
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn quantize_avx2(&mut self, x: &[f32], width: usize) {
-        self.quantize_body(x, width);
+        self.quantize_body(x, width, crate::math::min_max);
     }
 
     #[inline(always)]
-    fn quantize_body(&mut self, x: &[f32], width: usize) {
+    fn quantize_body(&mut self, x: &[f32], width: usize, min_max: impl Fn(&[f32]) -> (f32, f32)) {
         for (row, out) in x.chunks_exact(width).zip(self.data.chunks_exact_mut(width)) {
-            let (scale, zero) = quantize_row(row, out);
+            let (scale, zero) = quantize_row(row, out, min_max(row));
             self.scales.push(scale);
             self.zeros.push(zero);
         }
     }
 }
 
-/// Affine u8 quantisation of one row; the range always holds 0, so padding-free zeros stay
-/// exact. Returns (scale, zero point).
+/// Affine u8 quantisation of one row, whose smallest and largest values are given; the range
+/// always holds 0, so zeros stay exact. Returns (scale, zero point).
 #[inline(always)]
-fn quantize_row(row: &[f32], out: &mut [u8]) -> (f32, i32) {
-    let (low, high) = crate::math::min_max(row);
+fn quantize_row(row: &[f32], out: &mut [u8], (low, high): (f32, f32)) -> (f32, i32) {
     let (low, high) = (low.min(0.0), high.max(0.0));
     let scale = if high > low {
         (high - low) / 255.0

@@ -80,14 +80,18 @@ impl SentenceEncoder {
             std::fs::read(&vocabulary_path).map_err(|e| read_error(&vocabulary_path, e))?;
         let tokenizer = tokenizer::WordPiece::new(&String::from_utf8_lossy(&vocabulary));
         let weights_path = dir.join("model.safetensors");
-        let file = std::fs::File::open(&weights_path).map_err(|e| read_error(&weights_path, e))?;
+        // Opened here first so that a missing file is a read error, not a format one.
+        std::fs::File::open(&weights_path).map_err(|e| read_error(&weights_path, e))?;
         let format = |reason: String| EncoderError::Format {
             path: weights_path.display().to_string(),
             reason,
         };
-        let model = weights::TensorFile::open(file)
-            .and_then(|mut file| bert::Bert::load(&mut file))
-            .map_err(format)?;
+        let model = bert::Bert::load(|| {
+            std::fs::File::open(&weights_path)
+                .map_err(|e| e.to_string())
+                .and_then(weights::TensorFile::open)
+        })
+        .map_err(format)?;
         if model.vocabulary() < tokenizer.len() || model.max_positions() < MAX_TOKENS {
             return Err(format(format!(
                 "its {} word embeddings and {} positions do not cover the vocabulary's {} tokens and {MAX_TOKENS} positions",
