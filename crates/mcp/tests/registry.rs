@@ -302,3 +302,58 @@ async fn a_modern_servers_tool_list_change_reaches_the_connection() {
     assert!(after.contains(&"grown".to_string()), "{after:?}");
     connection.close().await;
 }
+
+/// A loopback relay in front of `upstream` (`host:port`) that counts the TCP connections
+/// clients open through it; returns its address and the count.
+async fn counting_relay(upstream: String) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (address, accepted)
+}
+
+#[tokio::test]
+async fn sequential_calls_over_http_reuse_one_connection_after_sse_answers() {
+    // server-everything (the TypeScript SDK) answers each POST with an SSE stream that it
+    // closes after the answer: the client reads it to the end and reuses the connection
+    // instead of opening one per request.
+    let server = test_support::HttpServer::everything();
+    let upstream = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let (relay, accepted) = counting_relay(upstream).await;
+    let config =
+        tether_mcp::config::adhoc_url(&format!("everything=http://{relay}/mcp"), &[]).unwrap();
+    let connection =
+        tether_mcp::ServerConnection::connect(&config, Arc::new(tether_mcp::HeadlessHost))
+            .await
+            .unwrap();
+    let before = accepted.load(std::sync::atomic::Ordering::SeqCst);
+    for i in 0..20 {
+        let arguments = serde_json::json!({"message": format!("hi {i}")});
+        let result = connection
+            .call_tool("echo", arguments.as_object().cloned(), None)
+            .await
+            .unwrap();
+        assert!(!result.is_error, "{result:?}");
+    }
+    let opened = accepted.load(std::sync::atomic::Ordering::SeqCst) - before;
+    // One pooled connection serves the calls; a second may open while the first still
+    // finishes reading an answer's stream.
+    assert!(opened <= 2, "{opened} connections for 20 sequential calls");
+    connection.close().await;
+}
