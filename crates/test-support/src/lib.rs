@@ -235,6 +235,11 @@ impl HttpServer {
         HttpServer::spawn(command, "/mcp")
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.url

@@ -8,7 +8,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -24,36 +23,19 @@ type Waiting = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
 pub fn start(program: &str, args: &[&str]) -> String {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name("floor")
         .enable_all()
         .build()
         .unwrap();
     let (url_tx, url_rx) = std::sync::mpsc::channel();
     let program = program.to_string();
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    std::thread::spawn(move || {
+    let thread = std::thread::Builder::new().name("floor".into());
+    let _ = thread.spawn(move || {
         runtime.block_on(async move {
-            let mut child = tokio::process::Command::new(&program)
-                .args(&args)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap();
-            let mut stdin = child.stdin.take().unwrap();
-            let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-            let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {},
-                "clientInfo": {"name": "floor", "version": "0"}}});
-            stdin
-                .write_all(format!("{init}\n").as_bytes())
-                .await
-                .unwrap();
-            stdout.next_line().await.unwrap();
-            stdin
-                .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
-                .await
-                .unwrap();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (child, mut stdin, mut stdout) =
+                crate::raw_client::start_initialized(&program, &args).await;
             let waiting: Waiting = Arc::default();
             let (lines, mut outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
             tokio::spawn(async move {

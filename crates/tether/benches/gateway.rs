@@ -1,27 +1,27 @@
 //! Gateway benchmark, run with `cargo bench -p tether --bench gateway` (or scripts/bench.sh).
 //!
 //! The same upstream (the built-in server, `tether builtin-server`, tool `add`) five ways:
-//! direct (Tether's client over stdio), through the floor of an HTTP-to-stdio proxy on this
+//! direct (over its pipes), through the floor of an HTTP-to-stdio proxy on this
 //! machine (`floor.rs`: a hand-rolled HTTP/1.1 reader that swaps ids and passes lines, the
-//! least any proxy does), through `tether serve --http --no-prefix`,
-//! through the Rust `mcp-proxy` 0.6.0 (crates.io, on tower-mcp; built by
-//! scripts/install-peers.sh) and through `mcp-proxy` 0.13.0 (PyPI, the common Python
-//! stdio-to-HTTP proxy), over Streamable HTTP. At 1, 8, 32 and 64 concurrent clients (each its
-//! own session, or stateless 2026-07-28 requests where both ends speak them; 2,000 calls per
-//! cell after a warm-up) it prints
-//! calls/s and p50/p99 latency per target, median and spread over interleaved rounds, the
-//! gateway's overhead per call over direct, the CPU the gateway process itself spends per call
-//! (schedstat over its threads: what the gateway costs, apart from the HTTP client driving it),
-//! and its throughput against mcp-proxy's. Then the
+//! least any proxy does), through `tether serve --http --no-prefix` (2026-07-28 stateless
+//! requests, and 2025-11-25 sessions), through the Rust `mcp-proxy` 0.6.0 (crates.io, on
+//! tower-mcp; built by scripts/install-peers.sh) and through `mcp-proxy` 0.13.0 (PyPI, the
+//! common Python stdio-to-HTTP proxy), over Streamable HTTP. The clients are
+//! `raw_client.rs`'s: one keep-alive connection each, so the proxies, not a client, are
+//! measured. At 1, 8, 32 and 64 concurrent clients (2,000 calls per cell after a warm-up) it
+//! prints calls/s and p50/p99 latency per target, median and spread over interleaved rounds,
+//! the overhead per call over direct, the CPU the gateway process itself spends per call
+//! (schedstat over its threads: what the gateway costs, apart from the clients driving it)
+//! beside the floor's and the Rust proxy's, and its throughput against mcp-proxy's. Then the
 //! gateway's peak RSS with 10 upstream servers. `TETHER_BENCH_QUICK=1` runs fewer rounds;
-//! `TETHER_BENCH_ERA=2025-11-25` (or `2026-07-28`) pins the protocol era the client speaks to
-//! the gateway (by default it negotiates, which gives 2026-07-28).
+//! `TETHER_BENCH_CLIENTS=1,8` only those cells.
 
 // Benchmarks and tests report to their runner: the binary's terminal sink is not theirs.
 #![allow(clippy::disallowed_macros)]
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
 mod floor;
+mod raw_client;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use test_support::workspace_root;
 use tether_mcp::{HeadlessHost, ServerConfig, ServerConnection};
+
+use raw_client::{Era, HttpClient};
 
 fn tether() -> &'static str {
     env!("CARGO_BIN_EXE_tether")
@@ -103,63 +105,87 @@ fn mcp_proxy() -> Endpoint {
     }
 }
 
+/// Where a benchmark's clients send their calls.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    /// Straight to a fresh `tether builtin-server` child over its pipes, all clients sharing it.
+    Direct,
+    /// A Streamable HTTP endpoint, each client on its own keep-alive connection.
+    Http(&'a str, Era),
+}
+
 /// Latencies of `clients` concurrent clients making `calls` sequential calls each to `add`
 /// (named `tool` by the target), and the wall time of the whole batch.
 async fn load(
-    connect: impl Fn() -> ServerConfig,
+    target: Target<'_>,
     tool: &'static str,
-    shared: bool,
     clients: usize,
     calls: usize,
 ) -> (Vec<Duration>, Duration) {
-    let host = Arc::new(HeadlessHost);
-    let mut connections = Vec::new();
-    for _ in 0..(if shared { 1 } else { clients }) {
-        connections.push(Arc::new(
-            ServerConnection::connect(&connect(), host.clone())
-                .await
-                .expect("connects"),
-        ));
-    }
-    // Warm-up: every connection makes a few calls first.
-    for connection in &connections {
-        for i in 0..5 {
-            connection
-                .call_tool(tool, json!({"a": i, "b": 1}).as_object().cloned(), None)
-                .await
-                .unwrap();
+    // Connecting and five warm-up calls per client happen before the clock starts.
+    match target {
+        Target::Direct => {
+            let direct = Arc::new(raw_client::Direct::start(tether(), &["builtin-server"]).await);
+            for i in 0..5 {
+                direct.call(tool, i, 1).await;
+            }
+            let started = Instant::now();
+            let tasks = (0..clients)
+                .map(|c| {
+                    let direct = direct.clone();
+                    tokio::spawn(async move {
+                        let mut latencies = Vec::with_capacity(calls);
+                        for i in 0..calls {
+                            let sent = Instant::now();
+                            direct.call(tool, i as u64, c as u64).await;
+                            latencies.push(sent.elapsed());
+                        }
+                        latencies
+                    })
+                })
+                .collect();
+            gather(tasks, started).await
+        }
+        Target::Http(url, era) => {
+            let mut connected = Vec::new();
+            for _ in 0..clients {
+                let mut client = HttpClient::connect(url, era).await;
+                for i in 0..5 {
+                    client.call(i + 1, tool, i, 1).await;
+                }
+                connected.push(client);
+            }
+            let started = Instant::now();
+            let tasks = connected
+                .into_iter()
+                .enumerate()
+                .map(|(c, mut client)| {
+                    tokio::spawn(async move {
+                        let mut latencies = Vec::with_capacity(calls);
+                        for i in 0..calls {
+                            let sent = Instant::now();
+                            client.call(i as u64 + 10, tool, i as u64, c as u64).await;
+                            latencies.push(sent.elapsed());
+                        }
+                        latencies
+                    })
+                })
+                .collect();
+            gather(tasks, started).await
         }
     }
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|c| {
-            let connection = connections[if shared { 0 } else { c }].clone();
-            tokio::spawn(async move {
-                let mut latencies = Vec::with_capacity(calls);
-                for i in 0..calls {
-                    let sent = Instant::now();
-                    let result = connection
-                        .call_tool(tool, json!({"a": i, "b": c}).as_object().cloned(), None)
-                        .await
-                        .unwrap();
-                    latencies.push(sent.elapsed());
-                    assert!(!result.is_error);
-                }
-                latencies
-            })
-        })
-        .collect();
+}
+
+/// Every client's latencies, and the wall time since `started`.
+async fn gather(
+    tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
+    started: Instant,
+) -> (Vec<Duration>, Duration) {
     let mut latencies = Vec::new();
     for task in tasks {
         latencies.extend(task.await.unwrap());
     }
-    let wall = started.elapsed();
-    for connection in connections {
-        if let Ok(connection) = Arc::try_unwrap(connection) {
-            connection.close().await;
-        }
-    }
-    (latencies, wall)
+    (latencies, started.elapsed())
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -206,6 +232,21 @@ fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
+/// CPU time the floor's threads (named `floor`, in this process) have used, in ns.
+fn floor_cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim() == "floor")
+        })
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
@@ -222,22 +263,7 @@ fn main() {
         std::path::Path::new(tether()),
         &["builtin-server"],
     );
-    let direct = || ServerConfig::stdio("b", tether(), vec!["builtin-server".into()]);
-    // Stateless 2026-07-28 requests (what the client negotiates) and 2025-11-25 sessions.
-    let through_gateway = || {
-        let mut config = ServerConfig::http("gateway", gateway_one.url.clone());
-        config.protocol_version = std::env::var("TETHER_BENCH_ERA").ok();
-        config
-    };
-    let through_gateway_sessions = || {
-        let mut config = ServerConfig::http("gateway", gateway_one.url.clone());
-        config.protocol_version = Some("2025-11-25".into());
-        config
-    };
-    let through_proxy = || ServerConfig::http("proxy", proxy.url.clone());
     let floor_url = floor::start(tether(), &["builtin-server"]);
-    let through_floor = || ServerConfig::http("floor", floor_url.clone());
-    let through_rust_proxy = || ServerConfig::http("rust-proxy", rust_proxy.url.clone());
     println!(
         "gateway: tools/call add on the built-in server, {rounds} interleaved rounds, median (min–max)"
     );
@@ -249,13 +275,23 @@ fn main() {
     );
     let mut overhead_p50 = (0.0, 0.0, 0.0);
     let gateway_pid = gateway_one.child.id();
+    let rust_pid = rust_proxy.pid();
     let mut floor_p50 = 0.0;
     let cells: &[(usize, usize)] = if quick {
         &[(1, 500), (8, 63), (32, 16), (64, 8)]
     } else {
         &[(1, 2000), (8, 250), (32, 63), (64, 32)]
     };
+    // `TETHER_BENCH_CLIENTS=1,8` runs those cells only (while trying a change).
+    let only: Option<Vec<usize>> = std::env::var("TETHER_BENCH_CLIENTS").ok().map(|list| {
+        list.split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .collect()
+    });
     for &(clients, calls) in cells {
+        if only.as_ref().is_some_and(|only| !only.contains(&clients)) {
+            continue;
+        }
         let (mut d, mut f, mut g, mut gs, mut r, mut p) = (
             Samples::default(),
             Samples::default(),
@@ -264,23 +300,38 @@ fn main() {
             Samples::default(),
             Samples::default(),
         );
-        let (mut gateway_cpu, mut session_cpu) = (Vec::new(), Vec::new());
+        let (mut gateway_cpu, mut session_cpu, mut floor_cpu, mut rust_cpu) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         // Connecting and warming up are in the window too, so this is an upper bound.
-        let per_call = |before: u64| {
-            (cpu_ns(gateway_pid) - before) as f64 / ((clients * (calls + 5)) as f64) / 1000.0
-        };
+        let per_call = |used: u64| used as f64 / ((clients * (calls + 5)) as f64) / 1000.0;
         for _ in 0..rounds {
             runtime.block_on(async {
-                d.add(load(direct, "add", true, clients, calls).await);
-                f.add(load(through_floor, "add", false, clients, calls).await);
+                d.add(load(Target::Direct, "add", clients, calls).await);
+                let before = floor_cpu_ns();
+                f.add(
+                    load(
+                        Target::Http(&floor_url, Era::Sessions),
+                        "add",
+                        clients,
+                        calls,
+                    )
+                    .await,
+                );
+                floor_cpu.push(per_call(floor_cpu_ns() - before));
                 let before = cpu_ns(gateway_pid);
-                g.add(load(through_gateway, "add", false, clients, calls).await);
-                gateway_cpu.push(per_call(before));
+                let stateless = Target::Http(&gateway_one.url, Era::Stateless);
+                g.add(load(stateless, "add", clients, calls).await);
+                gateway_cpu.push(per_call(cpu_ns(gateway_pid) - before));
                 let before = cpu_ns(gateway_pid);
-                gs.add(load(through_gateway_sessions, "add", false, clients, calls).await);
-                session_cpu.push(per_call(before));
-                r.add(load(through_rust_proxy, "b/add", false, clients, calls).await);
-                p.add(load(through_proxy, "add", false, clients, calls).await);
+                let sessions = Target::Http(&gateway_one.url, Era::Sessions);
+                gs.add(load(sessions, "add", clients, calls).await);
+                session_cpu.push(per_call(cpu_ns(gateway_pid) - before));
+                let before = cpu_ns(rust_pid);
+                let rust = Target::Http(&rust_proxy.url, Era::Sessions);
+                r.add(load(rust, "b/add", clients, calls).await);
+                rust_cpu.push(per_call(cpu_ns(rust_pid) - before));
+                let python = Target::Http(&proxy.url, Era::Sessions);
+                p.add(load(python, "add", clients, calls).await);
             });
         }
         println!("  {clients} client(s), {calls} calls each:");
@@ -308,7 +359,9 @@ fn main() {
         let (cpu, cpu_lo, cpu_hi) = spread(&gateway_cpu);
         let (scpu, scpu_lo, scpu_hi) = spread(&session_cpu);
         println!(
-            "    gateway CPU per call (its own threads, not the client's or upstream's): {cpu:.0} µs ({cpu_lo:.0}–{cpu_hi:.0}); with sessions {scpu:.0} µs ({scpu_lo:.0}–{scpu_hi:.0})"
+            "    gateway CPU per call (its own threads, not the client's or upstream's): {cpu:.0} µs ({cpu_lo:.0}–{cpu_hi:.0}); with sessions {scpu:.0} µs ({scpu_lo:.0}–{scpu_hi:.0}); the floor {:.0} µs; the Rust mcp-proxy {:.0} µs",
+            spread(&floor_cpu).0,
+            spread(&rust_cpu).0
         );
         if clients == 1 {
             floor_p50 = spread(&f.p50).0 - spread(&d.p50).0;
