@@ -9,7 +9,8 @@
 #            the encoder's speed, and `tools --search`'s first search cold and warm with its RSS
 #   gateway — `tether serve` (both eras) vs direct, the floor of an HTTP-to-stdio proxy, the Rust
 #             mcp-proxy 0.6.0 (install-peers.sh builds it) and the Python mcp-proxy 0.13.0 at
-#             1/8/32/64 clients, 2,000 calls per cell; CPU per call; peak RSS, 10 upstreams
+#             1/8/32/64 raw keep-alive clients, 2,000 calls per cell; CPU per call of the
+#             gateway, the floor and the Rust proxy; peak RSS, 10 upstreams
 # Every figure is the median of interleaved rounds with its spread. `--quick` makes fewer calls
 # per round and leaves out the embedded model (the slowest part); other arguments go to cargo.
 set -euo pipefail
