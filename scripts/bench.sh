@@ -25,11 +25,11 @@ if [ -n "$quick" ]; then export TETHER_BENCH_QUICK=1; fi
 echo "bench: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 bash scripts/install-system.sh
 bash scripts/install-peers.sh
-# llama.cpp's own llama-bench, built once (cached in target/llama-bench) with the same CPU flags
+# llama.cpp's own llama-bench and llama-completion (the same call with the same grammar), built once (cached in target/llama-bench) with the same CPU flags
 # as llama-cpp-sys-2 (GGML_NATIVE off). The llama.cpp sources in the llama-cpp-sys-2 crate omit
 # the tools, so they come from the llama-cpp-python 0.3.36 sdist on PyPI, verified by SHA-256.
 bench_dir="$root/target/llama-bench"
-if [ -z "$quick" ] && [ ! -x "$bench_dir/build/bin/llama-bench" ]; then
+if [ -z "$quick" ] && { [ ! -x "$bench_dir/build/bin/llama-bench" ] || [ ! -x "$bench_dir/build/bin/llama-completion" ]; }; then
   sdist_sha=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
   sdist="$root/target/llama_cpp_python-0.3.36.tar.gz"
   if ! echo "$sdist_sha  $sdist" | sha256sum -c --status 2>/dev/null; then
@@ -42,7 +42,7 @@ if [ -z "$quick" ] && [ ! -x "$bench_dir/build/bin/llama-bench" ]; then
   tar xzf "$sdist" -C "$bench_dir" --strip-components=3 llama_cpp_python-0.3.36/vendor/llama.cpp
   cmake -S "$bench_dir" -B "$bench_dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TOOLS=ON >/dev/null
-  cmake --build "$bench_dir/build" --target llama-bench -j "$(nproc)" >/dev/null
+  cmake --build "$bench_dir/build" --target llama-bench llama-completion -j "$(nproc)" >/dev/null
 fi
 export LLAMA_BENCH="$bench_dir/build/bin/llama-bench"
 # mcp-proxy (PyPI) for the gateway comparison, in its own venv: it needs mcp<2, the peers use 2.x.

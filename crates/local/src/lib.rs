@@ -264,69 +264,16 @@ impl Provider for LocalProvider {
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<EventStream, LlmError>> {
         Box::pin(async move {
-            let last_user = match request.messages.last() {
-                Some(Message::User { content }) => Some(content.as_str()),
-                _ => None,
-            };
-            // A small model is made to call a tool after each user message, unless the
-            // message has nothing to do with any tool ("hello", "thanks"): then it answers.
-            // The built-in server reads under the working directory, ours too.
-            let root = std::env::current_dir().unwrap_or_else(|_| ".".into());
-            let files = paths::files_for(&request.tools, &root);
-            let named_files =
-                last_user.and_then(|text| paths::read_named_files(&request.tools, text, &files));
-            let last_is_user = named_files.is_some()
-                || last_user.is_some_and(|text| mentions_a_tool(text, &request.tools));
-            let small = self.engine.model.n_params() < 1_000_000_000;
-            let has_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
-            let mode = if !has_tools {
-                CallMode::Answer
-            } else if request.tool_choice == ToolChoice::Required || (small && last_is_user) {
-                if self.options.grammar {
-                    CallMode::RequiredCall
-                } else {
-                    CallMode::UnconstrainedCall
-                }
-            } else if small {
-                CallMode::Answer
-            } else if self.options.grammar {
-                CallMode::LazyCall
-            } else {
-                CallMode::UnconstrainedCall
-            };
-            let tools = if mode == CallMode::Answer {
-                &[][..]
-            } else {
-                &request.tools[..]
-            };
-            let guide = tool_guide(tools);
-            let prompt = self
-                .engine
-                .template
-                .render(&request.messages, tools, Some(&guide), !small)
-                .map_err(|e| LlmError::InvalidResponse {
-                    provider: self.name.clone(),
-                    message: e,
-                })?;
-            let grammar =
-                matches!(mode, CallMode::RequiredCall | CallMode::LazyCall).then(|| {
-                    match (&named_files, mode) {
-                        (Some(read), CallMode::RequiredCall) => tool_call_grammar(read),
-                        _ => tool_call_grammar(&paths::existing_paths_only(tools, &files)),
-                    }
-                });
-            let max_tokens = match mode {
-                CallMode::Answer | CallMode::LazyCall => {
-                    request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
-                }
-                CallMode::RequiredCall | CallMode::UnconstrainedCall => MAX_CALL_TOKENS,
-            };
+            let Prepared {
+                prompt,
+                grammar,
+                mode,
+                max_tokens,
+                fallback,
+            } = self.prepare(request)?;
             let (tx, rx) = futures::channel::mpsc::unbounded();
             let engine = self.engine.clone();
             let name = self.name.clone();
-            let fallback = (mode == CallMode::Answer)
-                .then(|| last_result_sentence(&request.messages))
-                .flatten();
             tokio::task::spawn_blocking(move || {
                 let failure = tx.clone();
                 let plan = Plan {
@@ -340,6 +287,98 @@ impl Provider for LocalProvider {
                 }
             });
             Ok(Box::pin(rx) as EventStream)
+        })
+    }
+}
+
+/// What one request runs: the rendered prompt, the grammar of a call, how it is decoded.
+struct Prepared {
+    prompt: String,
+    grammar: Option<String>,
+    mode: CallMode,
+    max_tokens: u32,
+    /// What to answer instead when an answer turns out to be another call.
+    fallback: Option<String>,
+}
+
+impl LocalProvider {
+    /// The prompt and the GBNF grammar (when the answer must be a call) that `request` gives
+    /// the model, as the provider would run it: for comparing with llama.cpp's own tools on
+    /// the same work.
+    pub fn prompt_and_grammar(
+        &self,
+        request: &ChatRequest,
+    ) -> Result<(String, Option<String>), LlmError> {
+        let prepared = self.prepare(request)?;
+        Ok((prepared.prompt, prepared.grammar))
+    }
+
+    fn prepare(&self, request: &ChatRequest) -> Result<Prepared, LlmError> {
+        let last_user = match request.messages.last() {
+            Some(Message::User { content }) => Some(content.as_str()),
+            _ => None,
+        };
+        // A small model is made to call a tool after each user message, unless the
+        // message has nothing to do with any tool ("hello", "thanks"): then it answers.
+        // The built-in server reads under the working directory, ours too.
+        let root = std::env::current_dir().unwrap_or_else(|_| ".".into());
+        let files = paths::files_for(&request.tools, &root);
+        let named_files =
+            last_user.and_then(|text| paths::read_named_files(&request.tools, text, &files));
+        let last_is_user = named_files.is_some()
+            || last_user.is_some_and(|text| mentions_a_tool(text, &request.tools));
+        let small = self.engine.model.n_params() < 1_000_000_000;
+        let has_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
+        let mode = if !has_tools {
+            CallMode::Answer
+        } else if request.tool_choice == ToolChoice::Required || (small && last_is_user) {
+            if self.options.grammar {
+                CallMode::RequiredCall
+            } else {
+                CallMode::UnconstrainedCall
+            }
+        } else if small {
+            CallMode::Answer
+        } else if self.options.grammar {
+            CallMode::LazyCall
+        } else {
+            CallMode::UnconstrainedCall
+        };
+        let tools = if mode == CallMode::Answer {
+            &[][..]
+        } else {
+            &request.tools[..]
+        };
+        let guide = tool_guide(tools);
+        let prompt = self
+            .engine
+            .template
+            .render(&request.messages, tools, Some(&guide), !small)
+            .map_err(|e| LlmError::InvalidResponse {
+                provider: self.name.clone(),
+                message: e,
+            })?;
+        let grammar = matches!(mode, CallMode::RequiredCall | CallMode::LazyCall).then(|| {
+            match (&named_files, mode) {
+                (Some(read), CallMode::RequiredCall) => tool_call_grammar(read),
+                _ => tool_call_grammar(&paths::existing_paths_only(tools, &files)),
+            }
+        });
+        let max_tokens = match mode {
+            CallMode::Answer | CallMode::LazyCall => {
+                request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
+            }
+            CallMode::RequiredCall | CallMode::UnconstrainedCall => MAX_CALL_TOKENS,
+        };
+        let fallback = (mode == CallMode::Answer)
+            .then(|| last_result_sentence(&request.messages))
+            .flatten();
+        Ok(Prepared {
+            prompt,
+            grammar,
+            mode,
+            max_tokens,
+            fallback,
         })
     }
 }

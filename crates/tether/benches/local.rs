@@ -21,7 +21,7 @@ use tether_llm::{ChatRequest, ToolChoice, complete};
 use tether_local::{LocalOptions, LocalProvider};
 use tether_mcp::{ServerConfig, ServerRegistry};
 use tether_models as provision;
-use tether_protocol::chat::Message;
+use tether_protocol::chat::{Message, ToolDefinition};
 
 /// (prompt, expected qualified tool, expected arguments — only these keys are checked)
 fn cases() -> Vec<(&'static str, &'static str, Value)> {
@@ -208,6 +208,7 @@ fn main() {
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("speed") {
             registry.shutdown().await;
             speed(&path).await;
+            call_speed(&path).await;
             return;
         }
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("busy") {
@@ -283,6 +284,7 @@ fn main() {
         }
         natural_questions();
         speed(&path).await;
+        call_speed(&path).await;
         busy_machine();
     });
 }
@@ -676,6 +678,132 @@ async fn speed(path: &std::path::Path) {
         best(&prompt_rates) / best(&pp_rates),
         best(&gen_rates) / best(&tg_rates)
     );
+}
+
+/// Grammar-constrained calls, Tether against llama.cpp doing the same work: its
+/// `llama-completion` (built beside llama-bench by scripts/bench.sh) given the prompt and the
+/// GBNF grammar Tether gives the model for the README's first question over three tools,
+/// greedy, on the same threads, for as many tokens, rounds interleaved. Both times are the call's prompt, decoding
+/// and sampling; llama.cpp's excludes loading the model and creating its context, Tether's
+/// includes creating the context.
+async fn call_speed(path: &std::path::Path) {
+    let Some(bench) = std::env::var_os("LLAMA_BENCH") else {
+        return;
+    };
+    let completion = std::path::Path::new(&bench).with_file_name("llama-completion");
+    if !completion.exists() {
+        println!(
+            "  (llama-completion is not built beside llama-bench: scripts/bench.sh builds it)"
+        );
+        return;
+    }
+    let threads = tether_local::default_threads();
+    let options = LocalOptions {
+        threads,
+        ..LocalOptions::default()
+    };
+    let provider = LocalProvider::load(path, "local".into(), options).unwrap();
+    let number = json!({"type": "number"});
+    let tool = |name: &str, description: &str| ToolDefinition {
+        name: name.into(),
+        description: description.into(),
+        parameters: json!({"type": "object", "properties": {"a": number, "b": number},
+            "required": ["a", "b"]}),
+    };
+    let request = ChatRequest {
+        messages: vec![Message::user("What is 10 + 20? Use the add tool.")],
+        tools: vec![
+            tool("builtin__add", "Add two numbers."),
+            tool("builtin__multiply", "Multiply two numbers."),
+            tool("builtin__divide", "Divide a by b."),
+        ],
+        tool_choice: ToolChoice::Required,
+        max_tokens: None,
+        temperature: None,
+    };
+    let (prompt, grammar) = provider.prompt_and_grammar(&request).unwrap();
+    let dir = std::env::temp_dir().join(format!("tether-bench-call-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("prompt.txt"), &prompt).unwrap();
+    std::fs::write(dir.join("call.gbnf"), grammar.expect("a call's grammar")).unwrap();
+    let (mut ours, mut theirs, mut tokens) = (Vec::new(), Vec::new(), (0, 0));
+    for _ in 0..5 {
+        let started = Instant::now();
+        let response = complete(&provider, &request).await.unwrap();
+        ours.push(started.elapsed().as_secs_f64() * 1000.0);
+        tokens.0 = response.usage.output_tokens;
+        let output = std::process::Command::new(&completion)
+            .args([
+                "-m",
+                &path.display().to_string(),
+                "-t",
+                &threads.to_string(),
+            ])
+            .arg("-f")
+            .arg(dir.join("prompt.txt"))
+            .arg("--grammar-file")
+            .arg(dir.join("call.gbnf"))
+            // As many tokens as Tether generated: it stops where the call is complete JSON,
+            // llama.cpp only at the grammar's end or the end of the turn.
+            .args(["-n", &tokens.0.to_string()])
+            .args(["--temp", "0", "-no-cnv", "--no-warmup", "-c", "2048"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&output.stderr);
+        // "prompt eval time = 157.20 ms / 23 tokens", "eval time = 673.86 ms / 38 runs",
+        // "sampling time = 195.81 ms".
+        let field = |label: &str| {
+            log.lines()
+                .find(|l| {
+                    l.split_once(": ").is_some_and(|(_, rest)| {
+                        rest.trim_start().starts_with(&format!("{label} ="))
+                    })
+                })
+                .and_then(|l| l.split('=').nth(1))
+                .map(|rest| rest.trim().to_string())
+        };
+        let ms = |label: &str| {
+            field(label)
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
+        };
+        let runs = field("eval time")
+            .and_then(|v| {
+                v.split('/')
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or(0);
+        tokens.1 = runs;
+        theirs.push(ms("prompt eval time") + ms("eval time") + ms("sampling time"));
+    }
+    let median = |values: &[f64]| {
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        (
+            sorted[sorted.len() / 2],
+            sorted[0],
+            sorted[sorted.len() - 1],
+        )
+    };
+    let (a, a_lo, a_hi) = median(&ours);
+    let (b, b_lo, b_lo_hi) = median(&theirs);
+    println!(
+        "grammar-constrained call (the README's question, 3 tools, {threads} threads, 5 interleaved rounds, median (min–max)):"
+    );
+    println!(
+        "  tether            {a:6.0} ms ({a_lo:.0}–{a_hi:.0}), {} tokens generated",
+        tokens.0
+    );
+    println!(
+        "  llama-completion  {b:6.0} ms ({b_lo:.0}–{b_lo_hi:.0}), {} tokens generated (prompt, decoding and sampling)",
+        tokens.1
+    );
+    println!("  ratio of speed tether/llama.cpp: {:.2}x", b / a);
 }
 
 /// One llama-bench run (`-r 1`): prompt and generation tokens/s.
