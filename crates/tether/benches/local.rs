@@ -781,6 +781,7 @@ async fn call_speed(path: &std::path::Path) {
         tokens.1 = runs;
         theirs.push(ms("prompt eval time") + ms("eval time") + ms("sampling time"));
     }
+    let _ = std::fs::remove_dir_all(&dir);
     let median = |values: &[f64]| {
         let mut sorted = values.to_vec();
         sorted.sort_by(f64::total_cmp);
@@ -791,7 +792,7 @@ async fn call_speed(path: &std::path::Path) {
         )
     };
     let (a, a_lo, a_hi) = median(&ours);
-    let (b, b_lo, b_lo_hi) = median(&theirs);
+    let (b, b_lo, b_hi) = median(&theirs);
     println!(
         "grammar-constrained call (the README's question, 3 tools, {threads} threads, 5 interleaved rounds, median (min–max)):"
     );
@@ -800,7 +801,7 @@ async fn call_speed(path: &std::path::Path) {
         tokens.0
     );
     println!(
-        "  llama-completion  {b:6.0} ms ({b_lo:.0}–{b_lo_hi:.0}), {} tokens generated (prompt, decoding and sampling)",
+        "  llama-completion  {b:6.0} ms ({b_lo:.0}–{b_hi:.0}), {} tokens generated (prompt, decoding and sampling)",
         tokens.1
     );
     println!("  ratio of speed tether/llama.cpp: {:.2}x", b / a);
