@@ -165,6 +165,25 @@ impl Snapshot {
 
     /// The best `limit` tools for `query` (a plain query, a tool's name, or `select:A,B`).
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
+        self.ranked(query, limit).0
+    }
+
+    /// The best `limit` tools for `query` whose score is within `margin` of the best one's,
+    /// when the ranking fused words and meaning (its scores are then on one scale, standard
+    /// deviations above the catalogue's mean); BM25's scores alone are not, and its best
+    /// `limit` are returned. A query that names a tool exactly gets that tool alone.
+    pub fn search_close(&self, query: &str, limit: usize, margin: f64) -> Vec<Hit> {
+        let (mut hits, fused) = self.ranked(query, limit);
+        match hits.first().map(|h| (h.score, h.exact)) {
+            Some((_, true)) => hits.retain(|h| h.exact),
+            Some((best, false)) if fused => hits.retain(|h| h.score >= best - margin),
+            _ => {}
+        }
+        hits
+    }
+
+    /// The ranking, and whether it fused words and meaning.
+    fn ranked(&self, query: &str, limit: usize) -> (Vec<Hit>, bool) {
         match &self.semantic {
             Some((ranker, vectors)) if !query.trim().starts_with("select:") => {
                 // Until every tool has its vector (within the ranker's budget), by words alone.
@@ -172,13 +191,16 @@ impl Snapshot {
                     Some(vectors) => vectors,
                     None => match ranker.tool_vectors_within(self.tools()) {
                         Some(made) => vectors.get_or_init(|| made),
-                        None => return self.index.search(query, limit),
+                        None => return (self.index.search(query, limit), false),
                     },
                 };
                 let lexical = self.index.search(query, usize::MAX);
-                ranker.fuse(query, lexical, vectors, limit)
+                (
+                    ranker.fuse(query, lexical, vectors, limit),
+                    !vectors.is_empty(),
+                )
             }
-            _ => self.index.search(query, limit),
+            _ => (self.index.search(query, limit), false),
         }
     }
 

@@ -23,7 +23,7 @@ pub use pins::{PinBook, PinError, PinReport};
 pub use policy::{ApprovalMode, ApprovalRules, Decision, Hints, decide};
 pub use search::{Hit, Ranking, SearchIndex};
 pub use selection::{
-    AllTools, AutoTools, META_TOOL, MetaTool, Resolved, SEARCH_TOOL, SearchTools, SelectionMode,
-    SelectionOptions, ToolSelection, selection_for, tokens_per_mode,
+    AllTools, AutoTools, META_TOOL, MetaTool, Resolved, SEARCH_TOOL, SMALL_MODEL_PRELOAD_MARGIN,
+    SearchTools, SelectionMode, SelectionOptions, ToolSelection, selection_for, tokens_per_mode,
 };
 pub use semantic::{SemanticRanker, TextEncoder, tool_text};

@@ -83,6 +83,10 @@ pub struct SelectionOptions {
     pub search_tool: bool,
     /// Tools loaded from the user's message before each turn in search mode.
     pub preload: usize,
+    /// With `Some(margin)`, a pre-loaded tool must rank within `margin` of the best one when
+    /// the ranking fuses words and meaning (standard deviations over the catalogue): a clear
+    /// winner is offered alone, so a small model cannot pick a look-alike beside it.
+    pub preload_margin: Option<f64>,
     /// Keep loaded tools for the rest of the conversation (off: each turn starts afresh).
     pub keep_loaded: bool,
     /// Tools returned by one search.
@@ -96,11 +100,17 @@ impl Default for SelectionOptions {
             context_window: DEFAULT_CONTEXT_WINDOW,
             search_tool: true,
             preload: 5,
+            preload_margin: None,
             keep_loaded: true,
             search_limit: 5,
         }
     }
 }
+
+/// The pre-load margin for a small model that chooses among the tools it is offered
+/// ([`SelectionOptions::preload_margin`]); measured on the embedded model's benchmark
+/// (docs/decisions.md, "The embedded model's pre-selection").
+pub const SMALL_MODEL_PRELOAD_MARGIN: f64 = 1.0;
 
 /// What one call the model made stands for.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,6 +149,12 @@ pub trait ToolSelection: Send + Sync {
     /// Qualified names loaded so far (search modes), in load order.
     fn loaded(&self) -> Vec<String> {
         Vec::new()
+    }
+    /// The servers whose tools the model can reach this turn, when that is fewer than all:
+    /// a selection without a search offers only what it pre-selected. `None`: every server's
+    /// (all offered, or a search over all of them).
+    fn reachable_servers(&self, _snapshot: &Snapshot) -> Option<Vec<String>> {
+        None
     }
     /// The mode in effect for `snapshot` (`auto` is `all` or `search`).
     fn effective_mode(&self, _snapshot: &Snapshot) -> SelectionMode {
@@ -320,8 +336,11 @@ impl ToolSelection for SearchTools {
         if self.options.preload == 0 {
             return Vec::new();
         }
-        let names = snapshot
-            .search(user_text, self.options.preload)
+        let hits = match self.options.preload_margin {
+            Some(margin) => snapshot.search_close(user_text, self.options.preload, margin),
+            None => snapshot.search(user_text, self.options.preload),
+        };
+        let names = hits
             .into_iter()
             .map(|h| snapshot.tools()[h.index].qualified_name.clone());
         self.load(snapshot, names)
@@ -356,6 +375,32 @@ impl ToolSelection for SearchTools {
     fn loaded(&self) -> Vec<String> {
         self.loaded.lock().map(|l| l.clone()).unwrap_or_default()
     }
+
+    fn reachable_servers(&self, snapshot: &Snapshot) -> Option<Vec<String>> {
+        (!self.options.search_tool).then(|| servers_of(snapshot, &self.loaded()))
+    }
+}
+
+/// The servers of the tools named `names` (qualified), each once, in the order met, with
+/// the always-loaded servers.
+fn servers_of(snapshot: &Snapshot, names: &[String]) -> Vec<String> {
+    let mut servers: Vec<String> = Vec::new();
+    let always = snapshot
+        .tools()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| snapshot.always_loaded(*i))
+        .map(|(_, t)| &t.server);
+    let named = names
+        .iter()
+        .filter_map(|n| snapshot.resolve(n))
+        .map(|t| &t.server);
+    for server in always.chain(named) {
+        if !servers.contains(server) {
+            servers.push(server.clone());
+        }
+    }
+    servers
 }
 
 /// One `mcp_query` tool in front of every server.
@@ -520,8 +565,11 @@ impl ToolSelection for MetaTool {
         if self.options.search_tool || self.options.preload == 0 {
             return Vec::new();
         }
-        let names: Vec<String> = snapshot
-            .search(user_text, self.options.preload)
+        let hits = match self.options.preload_margin {
+            Some(margin) => snapshot.search_close(user_text, self.options.preload, margin),
+            None => snapshot.search(user_text, self.options.preload),
+        };
+        let names: Vec<String> = hits
             .into_iter()
             .filter(|h| !snapshot.always_loaded(h.index))
             .map(|h| snapshot.tools()[h.index].qualified_name.clone())
@@ -548,6 +596,12 @@ impl ToolSelection for MetaTool {
             .lock()
             .map(|p| p.clone())
             .unwrap_or_default()
+    }
+
+    fn reachable_servers(&self, snapshot: &Snapshot) -> Option<Vec<String>> {
+        let preselected = self.loaded();
+        (!self.options.search_tool && !preselected.is_empty())
+            .then(|| servers_of(snapshot, &preselected))
     }
 
     fn resolve(&self, snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved {
@@ -683,6 +737,12 @@ impl ToolSelection for AutoTools {
     }
     fn loaded(&self) -> Vec<String> {
         self.search.loaded()
+    }
+    fn reachable_servers(&self, snapshot: &Snapshot) -> Option<Vec<String>> {
+        if self.fits(snapshot) {
+            return None;
+        }
+        self.search.reachable_servers(snapshot)
     }
     fn effective_mode(&self, snapshot: &Snapshot) -> SelectionMode {
         if self.fits(snapshot) {

@@ -427,6 +427,41 @@ mod tests {
         assert_eq!(hits[1].index, 1);
     }
 
+    /// A clear winner is offered alone; a close second stays; words alone keep their top k.
+    #[test]
+    fn pre_selection_keeps_only_the_tools_close_to_the_best() {
+        let servers = || {
+            vec![crate::ServerTools {
+                server: "math".into(),
+                tools: vec![
+                    tool("add", "Add two numbers.").tool,
+                    tool("subtract", "Subtract two numbers.").tool,
+                    tool("multiply", "Multiply two numbers.").tool,
+                    tool("forecast", "Weather for the week.").tool,
+                ],
+                always_load: false,
+            }]
+        };
+        let semantic = crate::Snapshot::new(servers())
+            .with_semantic(Some(SemanticRanker::new(Arc::new(Words), None)));
+        let names = |hits: Vec<Hit>| -> Vec<usize> { hits.iter().map(|h| h.index).collect() };
+        assert_eq!(
+            names(semantic.search_close("take away 9 from 30", 3, 1.0)),
+            [1]
+        );
+        assert_eq!(semantic.search("take away 9 from 30", 3).len(), 3);
+        // A wide margin keeps all three.
+        assert_eq!(
+            semantic.search_close("take away 9 from 30", 3, 100.0).len(),
+            3
+        );
+        // Naming a tool exactly offers that tool alone.
+        assert_eq!(names(semantic.search_close("math__add", 3, 100.0)), [0]);
+        // BM25's scores are not on one scale: its best k stay.
+        let lexical = crate::Snapshot::new(servers());
+        assert_eq!(lexical.search_close("numbers", 3, 0.0).len(), 3);
+    }
+
     #[test]
     fn vectors_are_cached_on_disk_per_tool_text() {
         let dir = std::env::temp_dir().join(format!("tether-vectors-{}", std::process::id()));
