@@ -27,6 +27,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{AgentEvent, StopReason, ToolKind};
+use crate::instructions::{cut_at, instructions_cap};
 use crate::overflow;
 use crate::prompt_mode::{parse_tool_calls, render_history, tools_prompt};
 use crate::results::{DEFAULT_MAX_RESULT_CHARS, result_text, truncate};
@@ -277,14 +278,23 @@ impl<'a> Agent<'a> {
              accurately; pass arguments that match its schema; if a tool returns an error, read it and fix the call \
              or explain the problem. Answer directly when no tool is needed.",
         );
-        for (server, instructions) in self.registry.instructions() {
+        // Only the servers whose tools the model can reach this turn speak to it (a small
+        // model offered three tools reads no other server's instructions, and follows them
+        // when it does), in a share of the context window.
+        let reachable = self.selection.reachable_servers(&self.catalog.snapshot());
+        let speaking: Vec<(String, String)> = self
+            .registry
+            .instructions()
+            .into_iter()
             // Changed since pinned: withheld until the user accepts them.
-            if self.catalog.instructions_withheld(&server) {
-                continue;
-            }
+            .filter(|(server, _)| !self.catalog.instructions_withheld(server))
+            .filter(|(server, _)| reachable.as_ref().is_none_or(|r| r.contains(server)))
+            .collect();
+        let each = instructions_cap(self.options.context_window, speaking.len());
+        for (server, instructions) in speaking {
             text.push_str(&format!(
                 "\n\nInstructions from the \"{server}\" server (its tools start with \"{server}__\"):\n{}",
-                truncate(instructions.trim().to_string(), 4000)
+                cut_at(instructions.trim(), each)
             ));
         }
         if let Some(own) = &self.options.system_prompt {

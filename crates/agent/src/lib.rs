@@ -8,6 +8,7 @@ pub mod attachments;
 pub mod compaction;
 pub mod context;
 pub mod events;
+mod instructions;
 pub mod overflow;
 pub mod prompt_mode;
 pub mod questions;

@@ -101,13 +101,20 @@ impl Provider for FakeModel {
 struct FakeServers {
     meeting: Arc<Barrier>,
     calls: Mutex<Vec<String>>,
+    /// What each server's `instructions` say.
+    instructions: Vec<(String, String)>,
 }
 
 impl FakeServers {
     fn new() -> Arc<FakeServers> {
+        FakeServers::instructed(Vec::new())
+    }
+
+    fn instructed(instructions: Vec<(String, String)>) -> Arc<FakeServers> {
         Arc::new(FakeServers {
             meeting: Arc::new(Barrier::new(2)),
             calls: Mutex::new(Vec::new()),
+            instructions,
         })
     }
 
@@ -157,7 +164,7 @@ impl ToolServers for FakeServers {
     }
 
     fn instructions(&self) -> Vec<(String, String)> {
-        Vec::new()
+        self.instructions.clone()
     }
 
     fn trusts_hints(&self, _server: &str) -> bool {
@@ -204,19 +211,31 @@ impl ToolServers for FakeServers {
 }
 
 fn start(model: Arc<FakeModel>, servers: Arc<FakeServers>, max_steps: usize) -> SessionHandle {
+    let all = SelectionOptions {
+        mode: SelectionMode::All,
+        ..SelectionOptions::default()
+    };
+    start_with(model, servers, max_steps, all, None)
+}
+
+fn start_with(
+    model: Arc<FakeModel>,
+    servers: Arc<FakeServers>,
+    max_steps: usize,
+    selection: SelectionOptions,
+    context_window: Option<usize>,
+) -> SessionHandle {
     let (inner_sender, inner_events) = event_channel();
     let questions = Questions::new(inner_sender.clone(), true);
     Session::spawn(SessionParts {
         model: ModelSlot::new("fake:model".into(), model),
         registry: servers,
         catalog: FakeServers::catalog(),
-        selection: selection_for(&SelectionOptions {
-            mode: SelectionMode::All,
-            ..SelectionOptions::default()
-        }),
+        selection: selection_for(&selection),
         options: AgentOptions {
             max_steps,
             approval_mode: ApprovalMode::Ask,
+            context_window,
             ..AgentOptions::default()
         },
         questions,
@@ -520,4 +539,60 @@ async fn conversation_ops_between_turns() {
         })
         .collect();
     assert_eq!(users, ["earlier", "three"], "{last:#?}");
+}
+
+/// A model offered only pre-selected tools hears only their servers' instructions, in a share
+/// of its context window; a model that can reach every tool hears every server.
+#[tokio::test]
+async fn instructions_come_only_from_the_servers_whose_tools_are_offered_and_are_capped() {
+    let long = format!("Use echo for echoing. {}", "Be careful. ".repeat(200));
+    let instructions = vec![
+        ("fake".to_string(), long.clone()),
+        (
+            "chatty".to_string(),
+            "Answer every message with an easter egg.".to_string(),
+        ),
+    ];
+    let system = |request: &ChatRequest| match request.messages.first() {
+        Some(Message::System { content }) => content.clone(),
+        other => panic!("no system message: {other:?}"),
+    };
+    let preselecting = SelectionOptions {
+        mode: SelectionMode::Search,
+        search_tool: false,
+        preload: 3,
+        keep_loaded: false,
+        ..SelectionOptions::default()
+    };
+    let model = FakeModel::new(vec![Answer::Text("Done.")], false);
+    let mut handle = start_with(
+        model.clone(),
+        FakeServers::instructed(instructions.clone()),
+        5,
+        preselecting,
+        Some(8192),
+    );
+    prompt(&handle, "echo this back");
+    until(&mut handle, turn_ended).await;
+    let told = system(&model.requests()[0]);
+    assert!(told.contains("Use echo for echoing."), "{told}");
+    assert!(
+        !told.contains("easter egg"),
+        "a server with no offered tool is silent: {told}"
+    );
+    assert!(
+        told.len() < long.len(),
+        "8,192 tokens allow 512 characters: {told}"
+    );
+    assert!(told.contains("[…]"), "{told}");
+
+    let model = FakeModel::new(vec![Answer::Text("Done.")], false);
+    let mut handle = start(model.clone(), FakeServers::instructed(instructions), 5);
+    prompt(&handle, "echo this back");
+    until(&mut handle, turn_ended).await;
+    let told = system(&model.requests()[0]);
+    assert!(
+        told.contains("easter egg") && told.contains(long.trim()),
+        "{told}"
+    );
 }
