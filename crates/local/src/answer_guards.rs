@@ -1,6 +1,7 @@
 //! Guards on what reaches the person as the embedded model's answer: never a second tool
-//! call given as the answer, never our own prompt recited, and a sentence from the last tool
-//! result when the model will not answer; and the first call found in generated text.
+//! call given as the answer, never our own prompt recited, never a number the result did not
+//! give, never the same sentence over and over, and a sentence from the last tool result
+//! when the model will not answer; and the first call found in generated text.
 
 use serde_json::Value;
 use tether_protocol::chat::Message;
@@ -8,44 +9,6 @@ use tether_protocol::chat::Message;
 /// The instruction the template puts after a tool result (template.rs), which a small model
 /// sometimes recites as part of its answer.
 const OUR_INSTRUCTION: &[&str] = &["you can use this to answer", "use this to answer"];
-
-/// Holds the start of an answer given after a tool result until it shows it is not another
-/// tool call: a small model that has just seen a result sometimes starts a second
-/// `{"tool": …` call, which must never reach the user as the answer, cut off or not.
-#[derive(Debug, Default)]
-pub(crate) struct CallGuard {
-    held: String,
-}
-
-/// What [`CallGuard::push`] decided.
-#[derive(Debug, PartialEq)]
-pub(crate) enum Held {
-    /// Too little to tell yet.
-    Wait,
-    /// An answer: this much (with what was held) can be shown.
-    Release(String),
-    /// A call in disguise: drop it and answer from the result instead.
-    Call,
-}
-
-impl CallGuard {
-    pub(crate) fn push(&mut self, piece: &str) -> Held {
-        self.held.push_str(piece);
-        let start = self.held.trim_start();
-        if start.starts_with(['{', '[', '`']) {
-            return Held::Call;
-        }
-        if start.chars().count() < 2 {
-            return Held::Wait;
-        }
-        Held::Release(std::mem::take(&mut self.held))
-    }
-
-    /// What is still held when generation ends.
-    pub(crate) fn finish(&mut self) -> String {
-        std::mem::take(&mut self.held)
-    }
-}
 
 /// Keeps our own prompt text out of a streamed answer: text that may be the start of one of
 /// `OUR_INSTRUCTION`'s phrasings is held back until it is clearly not, and the answer ends
@@ -93,6 +56,74 @@ impl EchoGuard {
     pub(crate) fn finish(&mut self) -> String {
         std::mem::take(&mut self.held)
     }
+}
+
+/// Whether an answer being written after a tool result should stop here: it turned into a
+/// call, began reciting our instruction, or repeats a sentence it already wrote.
+pub(crate) fn answer_ends(text: &str) -> bool {
+    text.trim_start().starts_with(['{', '[', '`'])
+        || echo_at(text).is_some()
+        || first_repeat(text).is_some()
+}
+
+/// The answer a person gets, from all the model wrote after a tool result: cut where it
+/// recites our instruction or starts repeating itself; the result's own sentence
+/// (`fallback`) instead when it is empty, a call, or gives a number that neither the result
+/// nor the question holds (the 135M model reports `add`'s 4 as "returned: 2").
+pub(crate) fn settle_answer(text: &str, fallback: &str, known: &str) -> String {
+    if text.trim_start().starts_with(['{', '[', '`']) {
+        return fallback.to_string();
+    }
+    let mut end = text.len();
+    if let Some(at) = echo_at(text) {
+        end = end.min(at);
+    }
+    if let Some(at) = first_repeat(text) {
+        end = end.min(at);
+    }
+    let answer = text[..end].trim();
+    let known = numbers_in(known);
+    if answer.is_empty() || numbers_in(answer).iter().any(|n| !known.contains(n)) {
+        return fallback.to_string();
+    }
+    answer.to_string()
+}
+
+/// Where `text` begins one of our instruction's phrasings.
+fn echo_at(text: &str) -> Option<usize> {
+    let lower = text.to_ascii_lowercase();
+    OUR_INSTRUCTION.iter().filter_map(|p| lower.find(p)).min()
+}
+
+/// Where `text` starts a sentence or line it already wrote (of 12 characters or more, so
+/// "Yes. Yes." is not cut).
+fn first_repeat(text: &str) -> Option<usize> {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut start = 0;
+    for (at, c) in text.char_indices() {
+        if matches!(c, '.' | '!' | '?' | '\n') {
+            let sentence = text[start..at].trim();
+            if sentence.len() >= 12 {
+                if seen.contains(&sentence) {
+                    return Some(start);
+                }
+                seen.push(sentence);
+            }
+            start = at + c.len_utf8();
+        }
+    }
+    None
+}
+
+/// The numbers in `text` as digit runs, leading zeros dropped ("08" is "8").
+fn numbers_in(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_ascii_digit())
+        .filter(|run| !run.is_empty())
+        .map(|run| {
+            let trimmed = run.trim_start_matches('0');
+            if trimmed.is_empty() { "0" } else { trimmed }.to_string()
+        })
+        .collect()
 }
 
 /// "The add tool returned: 30." for the last tool result, answering when the model will not.
@@ -168,18 +199,38 @@ mod tests {
     }
 
     #[test]
-    fn a_second_call_never_becomes_the_answer() {
-        let mut guard = CallGuard::default();
-        assert_eq!(guard.push(" "), Held::Wait);
-        assert_eq!(guard.push("{\"to"), Held::Call, "cut off after a few bytes");
-        let mut guard = CallGuard::default();
-        assert_eq!(guard.push("```"), Held::Call, "a fenced call");
-        let mut guard = CallGuard::default();
-        assert_eq!(guard.push("I"), Held::Wait);
-        assert_eq!(guard.push("t is 30."), Held::Release("It is 30.".into()));
-        let mut guard = CallGuard::default();
-        assert_eq!(guard.push("3"), Held::Wait);
-        assert_eq!(guard.finish(), "3", "a one-character answer is still given");
+    fn an_answer_keeps_to_the_numbers_it_was_given() {
+        let fallback = "The add tool returned: 4";
+        let known = "Can you add 2 and 2 for me? 4";
+        assert_eq!(
+            settle_answer("2 plus 2 is 4.", fallback, known),
+            "2 plus 2 is 4."
+        );
+        assert_eq!(
+            settle_answer("The add tool returned: 2\nIt is 5.", fallback, known),
+            fallback,
+            "a number from nowhere"
+        );
+        assert_eq!(settle_answer("  ", fallback, known), fallback);
+        assert_eq!(settle_answer("{\"tool\": \"x\"", fallback, known), fallback);
+        assert_eq!(
+            settle_answer("It is 4. Use this to answer my question.", fallback, known),
+            "It is 4."
+        );
+        assert_eq!(
+            settle_answer("It is 04 today.", fallback, known),
+            "It is 04 today."
+        );
+    }
+
+    #[test]
+    fn an_answer_stops_where_it_repeats_itself() {
+        let text = "The server is ready to use.\n\nThe server is ready to use.\n\nThe";
+        assert!(answer_ends(text));
+        assert_eq!(settle_answer(text, "f", ""), "The server is ready to use.");
+        assert!(!answer_ends("Yes. Yes. It is 4."));
+        assert!(answer_ends("  {\"tool\""));
+        assert!(!answer_ends("It is 4"));
     }
 
     #[test]

@@ -14,9 +14,11 @@
 //! needs no C++, can be fetched by a build without this crate.
 
 mod answer_guards;
+mod call_policy;
 pub mod grammar;
 pub mod paths;
 pub mod template;
+pub mod zones;
 
 use std::num::NonZeroU32;
 use std::path::Path;
@@ -34,7 +36,10 @@ use tether_llm::provider::EventStream;
 use tether_llm::{ChatRequest, LlmError, Provider, StopReason, StreamEvent, ToolChoice};
 use tether_protocol::chat::{Message, ToolDefinition, Usage};
 
-use crate::answer_guards::{CallGuard, EchoGuard, Held, find_call, last_result_sentence};
+use crate::answer_guards::{
+    EchoGuard, answer_ends, find_call, last_result_sentence, settle_answer,
+};
+use crate::call_policy::{NO_TOOL_FITS, mentions_a_tool, this_turn_text, with_system_note};
 use crate::grammar::tool_call_grammar;
 use crate::template::ChatTemplate;
 
@@ -272,6 +277,7 @@ impl Provider for LocalProvider {
                 mode,
                 max_tokens,
                 fallback,
+                known,
             } = self.prepare(request)?;
             let (tx, rx) = futures::channel::mpsc::unbounded();
             let engine = self.engine.clone();
@@ -283,6 +289,7 @@ impl Provider for LocalProvider {
                     mode,
                     max_tokens,
                     fallback: fallback.as_deref(),
+                    known: &known,
                 };
                 if let Err(error) = generate(&engine, &name, &prompt, &plan, &tx) {
                     let _ = failure.unbounded_send(Err(error));
@@ -301,6 +308,8 @@ struct Prepared {
     max_tokens: u32,
     /// What to answer instead when an answer turns out to be another call.
     fallback: Option<String>,
+    /// The question and the results since (see [`Plan::known`]).
+    known: String,
 }
 
 impl LocalProvider {
@@ -324,9 +333,9 @@ impl LocalProvider {
         // message has nothing to do with any tool ("hello", "thanks"): then it answers.
         // The built-in server reads under the working directory, ours too.
         let root = std::env::current_dir().unwrap_or_else(|_| ".".into());
-        let files = paths::files_for(&request.tools, &root);
+        let known = paths::files_for(&request.tools, &root);
         let named_files =
-            last_user.and_then(|text| paths::read_named_files(&request.tools, text, &files));
+            last_user.and_then(|text| paths::read_named_files(&request.tools, text, &known.files));
         let last_is_user = named_files.is_some()
             || last_user.is_some_and(|text| mentions_a_tool(text, &request.tools));
         let small = self.engine.model.n_params() < 1_000_000_000;
@@ -352,18 +361,33 @@ impl LocalProvider {
             &request.tools[..]
         };
         let guide = tool_guide(tools);
+        // A small model with tools, asked something none of them fits, is told so: left to
+        // itself it invents what a tool would have looked up (a weather forecast).
+        let no_tool_fits = small && has_tools && mode == CallMode::Answer && last_user.is_some();
+        let noted;
+        let messages = if no_tool_fits {
+            noted = with_system_note(&request.messages, NO_TOOL_FITS);
+            &noted[..]
+        } else {
+            &request.messages[..]
+        };
         let prompt = self
             .engine
             .template
-            .render(&request.messages, tools, Some(&guide), !small)
+            .render(messages, tools, Some(&guide), !small)
             .map_err(|e| LlmError::InvalidResponse {
                 provider: self.name.clone(),
                 message: e,
             })?;
+        // Places the question names narrow time-zone arguments to their zones.
+        let zones = last_user.map(zones::zones_named_in).unwrap_or_default();
         let grammar = matches!(mode, CallMode::RequiredCall | CallMode::LazyCall).then(|| {
             match (&named_files, mode) {
                 (Some(read), CallMode::RequiredCall) => tool_call_grammar(read),
-                _ => tool_call_grammar(&paths::existing_paths_only(tools, &files)),
+                _ => tool_call_grammar(&zones::named_zones_only(
+                    &paths::existing_paths_only(tools, &known, last_user.unwrap_or_default()),
+                    &zones,
+                )),
             }
         });
         let max_tokens = match mode {
@@ -375,12 +399,14 @@ impl LocalProvider {
         let fallback = (mode == CallMode::Answer)
             .then(|| last_result_sentence(&request.messages))
             .flatten();
+        let known = this_turn_text(&request.messages);
         Ok(Prepared {
             prompt,
             grammar,
             mode,
             max_tokens,
             fallback,
+            known,
         })
     }
 }
@@ -395,6 +421,8 @@ struct Plan<'a> {
     max_tokens: u32,
     /// What to answer instead when an answer turns out to be another call.
     fallback: Option<&'a str>,
+    /// The question and the results it got: the numbers an answer may give.
+    known: &'a str,
 }
 
 fn generate(
@@ -409,6 +437,7 @@ fn generate(
         mode,
         max_tokens,
         fallback,
+        ..
     } = *plan;
     let backend = backend()?;
     let model = &engine.model;
@@ -488,12 +517,11 @@ fn generate(
     ]);
 
     let mut text = String::new();
-    // An answer after a result is held until it is clearly not another call (`CallGuard`).
-    let mut call_guard = CallGuard::default();
-    let mut holding = mode == CallMode::Answer && fallback.is_some();
+    // An answer after a result is held whole and settled before anyone sees it
+    // (`settle_answer`): it may turn into another call, invent a number or repeat itself.
+    let whole = mode == CallMode::Answer && fallback.is_some();
     let mut pending_bytes: Vec<u8> = Vec::new();
     let mut echo_guard = EchoGuard::default();
-    let mut answered = false;
     let mut position = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
     let mut generated = 0u64;
     let mut stop = StopReason::MaxTokens;
@@ -522,34 +550,13 @@ fn generate(
             let piece = String::from_utf8_lossy(&pending_bytes[..valid]).into_owned();
             pending_bytes.drain(..valid);
             text.push_str(&piece);
-            let piece = if holding {
-                match call_guard.push(&piece) {
-                    Held::Call => {
-                        // A call again: answer from the result instead.
-                        if let Some(sentence) = fallback {
-                            let _ =
-                                tx.unbounded_send(Ok(StreamEvent::TextDelta(sentence.to_string())));
-                        }
-                        stop = StopReason::EndTurn;
-                        break;
-                    }
-                    Held::Wait => {
-                        continue_decoding(&mut batch, token, &mut position, &mut context, &fail)?;
-                        continue;
-                    }
-                    Held::Release(text) => {
-                        holding = false;
-                        text
-                    }
+            if whole {
+                if answer_ends(&text) {
+                    stop = StopReason::EndTurn;
+                    break;
                 }
-            } else {
-                piece
-            };
-            if mode == CallMode::Answer {
+            } else if mode == CallMode::Answer {
                 let (piece, echoed) = echo_guard.push(&piece);
-                if !piece.is_empty() {
-                    answered = true;
-                }
                 if !piece.is_empty()
                     && tx
                         .unbounded_send(Ok(StreamEvent::TextDelta(piece)))
@@ -559,10 +566,6 @@ fn generate(
                     return Ok(());
                 }
                 if echoed {
-                    // The model is reciting our prompt: what it had said is the answer.
-                    if !answered && let Some(sentence) = fallback {
-                        let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(sentence.to_string())));
-                    }
                     stop = StopReason::EndTurn;
                     break;
                 }
@@ -582,14 +585,13 @@ fn generate(
         }
         continue_decoding(&mut batch, token, &mut position, &mut context, &fail)?;
     }
-    let held = call_guard.finish();
-    if holding && !held.is_empty() {
-        let (held, _) = echo_guard.push(&held);
-        let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(held)));
+    if let (true, Some(fallback)) = (whole, fallback) {
+        let answer = settle_answer(&text, fallback, plan.known);
+        let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(answer)));
     }
     // What the guard held back as a possible start of our prompt turned out not to be.
     let rest = echo_guard.finish();
-    if mode == CallMode::Answer && !rest.is_empty() {
+    if mode == CallMode::Answer && !whole && !rest.is_empty() {
         let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(rest)));
     }
     let _ = tx.unbounded_send(Ok(StreamEvent::Usage(Usage {
@@ -669,89 +671,9 @@ fn continue_decoding(
         .map_err(|e| fail(format!("cannot evaluate a token: {e}")))
 }
 
-/// Whether `text` has a word in common with some tool's name, description or parameters
-/// (arithmetic signs count as their words: `10 + 20` mentions "plus"). With none, a small
-/// model is not made to call a tool.
-fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
-    const IGNORED: &[&str] = &[
-        "the", "and", "for", "you", "your", "with", "what", "this", "that", "are", "can", "please",
-        "how", "who", "why", "when", "where", "does", "have", "has", "use", "tool", "tools",
-        "from", "into", "its", "one", "two", "give", "tell", "get", "all", "any", "not", "but",
-        "was", "will", "would", "could", "should", "about", "there", "here", "them", "they",
-        "then",
-    ];
-    let words = |text: &str| -> Vec<String> {
-        let mut out = Vec::new();
-        for chunk in text.split(|c: char| !c.is_alphanumeric()) {
-            // camelCase and snake_case names count by their parts too.
-            let mut word = String::new();
-            for c in chunk.chars() {
-                if c.is_uppercase() && !word.is_empty() {
-                    out.push(std::mem::take(&mut word));
-                }
-                word.extend(c.to_lowercase());
-            }
-            out.push(word);
-        }
-        out.retain(|w| w.len() >= 3 && !IGNORED.contains(&w.as_str()));
-        out
-    };
-    let mut asked = words(text);
-    for (sign, word) in [
-        ('+', "plus"),
-        ('*', "times"),
-        ('×', "times"),
-        ('/', "divided"),
-        ('=', "equals"),
-    ] {
-        if text.contains(sign) {
-            asked.push(word.to_string());
-        }
-    }
-    if text.contains(" - ") || text.contains(" minus ") {
-        asked.push("minus".to_string());
-    }
-    let stem = |w: &str| w.trim_end_matches('s').chars().take(6).collect::<String>();
-    let asked: Vec<String> = asked.iter().map(|w| stem(w)).collect();
-    tools.iter().any(|tool| {
-        let known = format!(
-            "{} {} {}",
-            tool.name.replace("__", " "),
-            tool.description,
-            tool.parameters
-        );
-        words(&known).iter().any(|w| asked.contains(&stem(w)))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[test]
-    fn a_call_is_forced_only_for_a_message_about_some_tool() {
-        let tool = |name: &str, description: &str| ToolDefinition {
-            name: name.into(),
-            description: description.into(),
-            parameters: serde_json::json!({"type": "object", "properties": {"a": {"type": "number"}}}),
-        };
-        let tools = vec![
-            tool("builtin__add", "Add two numbers: a plus b."),
-            tool("builtin__read_file", "Show what is in a file."),
-            tool("builtin__current_time", "The current date and time."),
-        ];
-        for asked in [
-            "What is 10 + 20?",
-            "Use the add tool on 2 and 3",
-            "read notes.txt",
-            "what time is it",
-        ] {
-            assert!(mentions_a_tool(asked, &tools), "{asked}");
-        }
-        for chat in ["hello", "Thanks!", "hi there, how are you?"] {
-            assert!(!mentions_a_tool(chat, &tools), "{chat}");
-        }
-    }
-
     #[test]
     fn threads_leave_the_cores_other_jobs_keep_busy() {
         assert!(default_threads() >= 1);

@@ -1,7 +1,11 @@
-//! Paths a small model may name: when Tether's built-in `read_file` is offered, its `path`
+//! Paths a small model may name. When Tether's built-in `read_file` is offered, its `path`
 //! argument is narrowed to the files that exist under the working directory (where the
 //! built-in server reads), so the grammar cannot produce a name that is not there — a typo in
-//! the question still reaches the nearest real file instead of an error.
+//! the question still reaches the nearest real file instead of an error. Another server's
+//! path-like parameters (`path`, `file_path`, `directory`, `repo_path`, …) are narrowed the
+//! same way to what exists under the working directory, which is where a stdio server started
+//! by Tether resolves a relative path, and to any path the message itself writes out: left
+//! free, the 135M model invents `/path/to/file.txt` or a URL.
 
 use std::path::Path;
 
@@ -24,34 +28,130 @@ const SKIPPED: &[&str] = &[
     "build",
 ];
 
-/// The files under `root` a model may name, listed once per request: none unless the
-/// built-in `read_file` is offered.
-pub fn files_for(tools: &[ToolDefinition], root: &Path) -> Vec<String> {
-    if tools.iter().any(|t| t.name == READ_FILE) {
-        files_under(root)
+/// What a path-like parameter names.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum PathKind {
+    /// A file, or a directory (`path`, `file_path`, `source`).
+    Any,
+    /// A directory only (`directory`, `dir`, `folder`, `repo_path`).
+    Directory,
+}
+
+/// What the parameter `name` of a string type names, judged by its name.
+fn path_kind(name: &str) -> Option<PathKind> {
+    let lower = name.to_lowercase();
+    if ["dir", "folder", "repo"].iter().any(|w| lower.contains(w)) {
+        return Some(PathKind::Directory);
+    }
+    (lower.ends_with("path") || lower.ends_with("file") || lower.contains("filename"))
+        .then_some(PathKind::Any)
+}
+
+/// Whether some tool of `tools` has a path-like string parameter.
+fn takes_paths(tools: &[ToolDefinition]) -> bool {
+    tools.iter().any(|tool| {
+        tool.parameters["properties"].as_object().is_some_and(|p| {
+            p.iter()
+                .any(|(name, schema)| is_free_string(schema) && path_kind(name).is_some())
+        })
+    })
+}
+
+fn is_free_string(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("string") && schema.get("enum").is_none()
+}
+
+/// What exists under the working directory, for the tools that take paths.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct KnownPaths {
+    /// Relative paths of files (see [`files_under`]).
+    pub files: Vec<String>,
+    /// `.` and the relative paths of directories.
+    pub directories: Vec<String>,
+}
+
+/// The paths under `root` a model may name, listed once per request: none unless some
+/// offered tool takes a path.
+pub fn files_for(tools: &[ToolDefinition], root: &Path) -> KnownPaths {
+    if tools.iter().any(|t| t.name == READ_FILE) || takes_paths(tools) {
+        entries_under(root)
     } else {
-        Vec::new()
+        KnownPaths::default()
     }
 }
 
-/// `tools` with the built-in `read_file`'s `path` limited to `files` (from `files_for`), when
-/// there are between one and `MAX_FILES` of them; every other tool unchanged.
-pub fn existing_paths_only(tools: &[ToolDefinition], files: &[String]) -> Vec<ToolDefinition> {
+/// `tools` with their path-like parameters limited to what `known` holds (the built-in
+/// `read_file`'s to files; another tool's to files and directories, or directories alone, and
+/// to the paths `text` writes out), when there are between one and `MAX_FILES` of them.
+pub fn existing_paths_only(
+    tools: &[ToolDefinition],
+    known: &KnownPaths,
+    text: &str,
+) -> Vec<ToolDefinition> {
+    let written = paths_written_in(text);
     tools
         .iter()
         .map(|tool| {
             let mut tool = tool.clone();
-            if tool.name == READ_FILE
-                && let Some(path) = tool.parameters.pointer_mut("/properties/path")
-                && path.get("type").and_then(Value::as_str) == Some("string")
-                && path.get("enum").is_none()
-                && !files.is_empty()
-                && files.len() <= MAX_FILES
-            {
-                path["enum"] = json!(files);
+            let builtin = tool.name == READ_FILE;
+            let Some(properties) = tool
+                .parameters
+                .get_mut("properties")
+                .and_then(Value::as_object_mut)
+            else {
+                return tool;
+            };
+            for (name, schema) in properties.iter_mut() {
+                if !is_free_string(schema) {
+                    continue;
+                }
+                let allowed: Vec<String> = match (builtin, name.as_str(), path_kind(name)) {
+                    (true, "path", _) => known.files.clone(),
+                    (true, _, _) | (false, _, None) => continue,
+                    (false, _, Some(PathKind::Directory)) => {
+                        let mut dirs = known.directories.clone();
+                        dirs.extend(written.iter().filter(|w| !w.contains('.')).cloned());
+                        dirs
+                    }
+                    (false, _, Some(PathKind::Any)) => {
+                        let mut any = known.files.clone();
+                        any.extend(known.directories.iter().cloned());
+                        any.extend(written.iter().cloned());
+                        any
+                    }
+                };
+                let mut unique: Vec<String> = Vec::new();
+                for path in allowed {
+                    if !unique.contains(&path) {
+                        unique.push(path);
+                    }
+                }
+                if !unique.is_empty() && unique.len() <= MAX_FILES {
+                    schema["enum"] = json!(unique);
+                }
             }
             tool
         })
+        .collect()
+}
+
+/// Paths `text` writes out: words with a `/`, or a name with an extension (`notes.txt`),
+/// without the quotes and punctuation around them.
+fn paths_written_in(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| w.trim_matches(|c: char| "\"'`,;:?!()[]{}<>".contains(c)))
+        .map(|w| w.trim_end_matches('.'))
+        .filter(|w| {
+            w.contains('/')
+                || w.rsplit_once('.').is_some_and(|(stem, ext)| {
+                    !stem.is_empty()
+                        && (1..=5).contains(&ext.len())
+                        && ext.chars().all(|c| c.is_ascii_alphanumeric())
+                        && ext.chars().any(|c| c.is_ascii_alphabetic())
+                })
+        })
+        .filter(|w| !w.contains("://"))
+        .map(str::to_string)
         .collect()
 }
 
@@ -92,6 +192,23 @@ pub fn read_named_files(
     let path = read.parameters.pointer_mut("/properties/path")?;
     path["enum"] = json!(named);
     Some(vec![read])
+}
+
+/// The files under `root` (see [`files_under`]), and `.` with the directories that hold them.
+pub fn entries_under(root: &Path) -> KnownPaths {
+    let files = files_under(root);
+    let mut directories = vec![".".to_string()];
+    for file in &files {
+        let mut parts: Vec<&str> = file.split('/').collect();
+        parts.pop();
+        for depth in 1..=parts.len() {
+            let dir = parts[..depth].join("/");
+            if !directories.contains(&dir) {
+                directories.push(dir);
+            }
+        }
+    }
+    KnownPaths { files, directories }
 }
 
 /// Relative paths (`/`-separated, sorted) of the regular files under `root`, up to
@@ -141,6 +258,20 @@ mod tests {
     }
 
     #[test]
+    fn parameters_are_told_apart_by_their_names() {
+        assert_eq!(path_kind("path"), Some(PathKind::Any));
+        assert_eq!(path_kind("file_path"), Some(PathKind::Any));
+        assert_eq!(path_kind("repo_path"), Some(PathKind::Directory));
+        assert_eq!(path_kind("directory"), Some(PathKind::Directory));
+        assert_eq!(path_kind("query"), None);
+        assert_eq!(path_kind("timezone"), None);
+        assert_eq!(
+            paths_written_in("Show me 'docs/plan.md', notes.txt and https://x.io/a. Version 1.5?"),
+            ["docs/plan.md", "notes.txt"]
+        );
+    }
+
+    #[test]
     fn read_file_may_only_name_files_that_exist() {
         let root = std::env::temp_dir().join(format!("tether-paths-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -165,16 +296,41 @@ mod tests {
             name: "files__read_file".into(),
             ..read_file()
         };
-        let files = files_for(&[read_file()], &root);
-        assert!(files_for(std::slice::from_ref(&other), &root).is_empty());
-        let tools = existing_paths_only(&[read_file(), other.clone()], &files);
+        let known = files_for(&[read_file()], &root);
+        let files = known.files.clone();
+        assert_eq!(known.directories, [".", "docs", "docs/deep"]);
+        let unrelated = ToolDefinition {
+            name: "calc__add".into(),
+            description: "Add".into(),
+            parameters: json!({"type": "object", "properties": {"a": {"type": "number"}}}),
+        };
+        assert_eq!(
+            files_for(std::slice::from_ref(&unrelated), &root),
+            KnownPaths::default()
+        );
+        let tools = existing_paths_only(&[read_file(), other.clone()], &known, "read it");
         assert_eq!(
             tools[0].parameters["properties"]["path"]["enum"],
             json!(["docs/deep/far.md", "docs/plan.md", "notes.txt"])
         );
+        // Another server's path may name a file or a directory that exists here, or what the
+        // message writes out.
+        let tools = existing_paths_only(
+            std::slice::from_ref(&other),
+            &known,
+            "read /etc/hosts please",
+        );
         assert_eq!(
-            tools[1], other,
-            "another server's paths are its own business"
+            tools[0].parameters["properties"]["path"]["enum"],
+            json!([
+                "docs/deep/far.md",
+                "docs/plan.md",
+                "notes.txt",
+                ".",
+                "docs",
+                "docs/deep",
+                "/etc/hosts"
+            ])
         );
         let grammar = crate::grammar::tool_call_grammar(&tools[..1]);
         assert!(grammar.contains(r#""\"notes.txt\"""#), "{grammar}");
@@ -199,7 +355,7 @@ mod tests {
         for i in 0..=MAX_FILES {
             std::fs::write(root.join(format!("f{i}.txt")), "x").unwrap();
         }
-        let tools = existing_paths_only(&[read_file()], &files_for(&[read_file()], &root));
+        let tools = existing_paths_only(&[read_file()], &files_for(&[read_file()], &root), "");
         assert!(
             tools[0].parameters["properties"]["path"]
                 .get("enum")

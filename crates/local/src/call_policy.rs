@@ -1,0 +1,173 @@
+//! When the small embedded model must call a tool, and what it is told when none fits: a
+//! message about some offered tool (a word in common, or the numbers its required numeric
+//! parameters need) gets a required call; any other gets an answer, with a note that no tool
+//! fits. And the text of the current turn, whose numbers an answer may give.
+
+use serde_json::Value;
+use tether_protocol::chat::{Message, ToolDefinition};
+
+/// Told to a small model whose tools do not fit the message.
+pub(crate) const NO_TOOL_FITS: &str = "None of your tools fits this message. If it asks you to look \
+    something up or to do something (the weather, news, prices, a booking), say that you have \
+    no tool for that. Otherwise answer in a sentence or two.";
+
+/// `messages` with `note` at the end of the system message (one is added when there is none).
+pub(crate) fn with_system_note(messages: &[Message], note: &str) -> Vec<Message> {
+    let mut noted = messages.to_vec();
+    match noted.first_mut() {
+        Some(Message::System { content }) => {
+            content.push_str("\n\n");
+            content.push_str(note);
+        }
+        _ => noted.insert(0, Message::system(note)),
+    }
+    noted
+}
+
+/// The last user message and every message after it, as text.
+pub(crate) fn this_turn_text(messages: &[Message]) -> String {
+    let from = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { .. }))
+        .unwrap_or(0);
+    let mut text = String::new();
+    for message in &messages[from..] {
+        match message {
+            Message::User { content } | Message::Tool { content, .. } => {
+                text.push_str(content);
+                text.push('\n');
+            }
+            _ => {}
+        }
+    }
+    text
+}
+
+/// Whether `text` has a word in common with some tool's name, description or parameters
+/// (arithmetic signs count as their words: `10 + 20` mentions "plus"). With none, a small
+/// model is not made to call a tool.
+pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
+    const IGNORED: &[&str] = &[
+        "the", "and", "for", "you", "your", "with", "what", "this", "that", "are", "can", "please",
+        "how", "who", "why", "when", "where", "does", "have", "has", "use", "tool", "tools",
+        "from", "into", "its", "one", "two", "give", "tell", "get", "all", "any", "not", "but",
+        "was", "will", "would", "could", "should", "about", "there", "here", "them", "they",
+        "then",
+    ];
+    let words = |text: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        for chunk in text.split(|c: char| !c.is_alphanumeric()) {
+            // camelCase and snake_case names count by their parts too.
+            let mut word = String::new();
+            for c in chunk.chars() {
+                if c.is_uppercase() && !word.is_empty() {
+                    out.push(std::mem::take(&mut word));
+                }
+                word.extend(c.to_lowercase());
+            }
+            out.push(word);
+        }
+        out.retain(|w| w.len() >= 3 && !IGNORED.contains(&w.as_str()));
+        out
+    };
+    let mut asked = words(text);
+    for (sign, word) in [
+        ('+', "plus"),
+        ('*', "times"),
+        ('×', "times"),
+        ('/', "divided"),
+        ('=', "equals"),
+    ] {
+        if text.contains(sign) {
+            asked.push(word.to_string());
+        }
+    }
+    if text.contains(" - ") || text.contains(" minus ") {
+        asked.push("minus".to_string());
+    }
+    // A message carrying the numbers a tool's required numeric parameters need is about it
+    // ("take 7 away from 20" shares no word with `subtract`).
+    let numbers = text
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|w| w.chars().any(|c| c.is_ascii_digit()))
+        .count();
+    let numeric = |tool: &ToolDefinition| {
+        let required = tool.parameters["required"].as_array();
+        required.map_or(0, |names| {
+            names
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|n| {
+                    matches!(
+                        tool.parameters["properties"][n]["type"].as_str(),
+                        Some("number" | "integer")
+                    )
+                })
+                .count()
+        })
+    };
+    if numbers > 0 && tools.iter().any(|t| (1..=numbers).contains(&numeric(t))) {
+        return true;
+    }
+    let stem = |w: &str| w.trim_end_matches('s').chars().take(6).collect::<String>();
+    let asked: Vec<String> = asked.iter().map(|w| stem(w)).collect();
+    tools.iter().any(|tool| {
+        let known = format!(
+            "{} {} {}",
+            tool.name.replace("__", " "),
+            tool.description,
+            tool.parameters
+        );
+        words(&known).iter().any(|w| asked.contains(&stem(w)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_is_forced_only_for_a_message_about_some_tool() {
+        let tool = |name: &str, description: &str| ToolDefinition {
+            name: name.into(),
+            description: description.into(),
+            parameters: serde_json::json!({"type": "object", "properties": {"a": {"type": "number"}}}),
+        };
+        let tools = vec![
+            tool("builtin__add", "Add two numbers: a plus b."),
+            tool("builtin__read_file", "Show what is in a file."),
+            tool("builtin__current_time", "The current date and time."),
+        ];
+        for asked in [
+            "What is 10 + 20?",
+            "Use the add tool on 2 and 3",
+            "read notes.txt",
+            "what time is it",
+        ] {
+            assert!(mentions_a_tool(asked, &tools), "{asked}");
+        }
+        for chat in ["hello", "Thanks!", "hi there, how are you?"] {
+            assert!(!mentions_a_tool(chat, &tools), "{chat}");
+        }
+        // The numbers a tool needs, without a word of its own.
+        let subtract = ToolDefinition {
+            name: "builtin__subtract".into(),
+            description: "Subtract two numbers.".into(),
+            parameters: serde_json::json!({"type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                "required": ["a", "b"]}),
+        };
+        assert!(mentions_a_tool(
+            "Take 7 away from 20.",
+            std::slice::from_ref(&subtract)
+        ));
+        assert!(!mentions_a_tool(
+            "Take it away.",
+            std::slice::from_ref(&subtract)
+        ));
+        assert!(!mentions_a_tool(
+            "I have 3 cats",
+            std::slice::from_ref(&subtract)
+        ));
+    }
+}

@@ -1,0 +1,205 @@
+//! Time zones a small model may name: when the question names places with a time zone of
+//! their own ("Tokyo", "New York", "Japan"), a string parameter that holds a time zone
+//! (`timezone`, `source_timezone`, `tz`, …) is narrowed to those zones' IANA names, so the
+//! grammar cannot produce "UTC" for Tokyo's time or an invented zone. Places come from the
+//! system's tz database tables (`zone1970.tab`, `iso3166.tab`); without them nothing is
+//! narrowed.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+use tether_protocol::chat::ToolDefinition;
+
+/// Where the tz database's tables live on Linux and macOS.
+const ZONEINFO: &str = "/usr/share/zoneinfo";
+
+/// A place a question may name, and its zone.
+#[derive(Debug, Clone, PartialEq)]
+struct Place {
+    /// Lowercase words: a zone's city ("new york") or a country with one zone ("japan").
+    name: String,
+    zone: String,
+}
+
+/// The places of the system's tz database, read once.
+fn places() -> &'static [Place] {
+    static PLACES: OnceLock<Vec<Place>> = OnceLock::new();
+    PLACES.get_or_init(|| read_places(Path::new(ZONEINFO)))
+}
+
+/// Cities of `zone1970.tab`, and countries of `iso3166.tab` that have exactly one zone.
+fn read_places(dir: &Path) -> Vec<Place> {
+    let zones = std::fs::read_to_string(dir.join("zone1970.tab")).unwrap_or_default();
+    let countries = std::fs::read_to_string(dir.join("iso3166.tab")).unwrap_or_default();
+    parse_places(&zones, &countries)
+}
+
+fn parse_places(zones: &str, countries: &str) -> Vec<Place> {
+    let rows: Vec<(Vec<&str>, &str)> = zones
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|line| {
+            let mut fields = line.split('\t');
+            let codes = fields.next()?.split(',').collect();
+            let zone = fields.nth(1)?;
+            Some((codes, zone))
+        })
+        .collect();
+    let mut places: Vec<Place> = rows
+        .iter()
+        .filter_map(|(_, zone)| {
+            let city = zone.rsplit('/').next()?;
+            Some(Place {
+                name: city.replace('_', " ").to_lowercase(),
+                zone: (*zone).to_string(),
+            })
+        })
+        .collect();
+    for line in countries.lines().filter(|l| !l.starts_with('#')) {
+        let Some((code, name)) = line.split_once('\t') else {
+            continue;
+        };
+        let mut theirs = rows.iter().filter(|(codes, _)| codes.contains(&code));
+        if let (Some((_, zone)), None) = (theirs.next(), theirs.next()) {
+            places.push(Place {
+                name: name.trim().to_lowercase(),
+                zone: (*zone).to_string(),
+            });
+        }
+    }
+    places
+}
+
+/// The zones of the places `text` names, in the order it names them; "UTC" when it says so.
+pub fn zones_named_in(text: &str) -> Vec<String> {
+    named_in(text, places())
+}
+
+fn named_in(text: &str, places: &[Place]) -> Vec<String> {
+    // Words joined by single spaces, padded, so a place matches whole words only.
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let spaced = format!(" {} ", words.join(" "));
+    let mut found: Vec<(usize, String)> = places
+        .iter()
+        .filter_map(|place| {
+            spaced
+                .find(&format!(" {} ", place.name))
+                .map(|at| (at, place.zone.clone()))
+        })
+        .collect();
+    if let Some(at) = [" utc ", " gmt "]
+        .iter()
+        .filter_map(|w| spaced.find(w))
+        .min()
+    {
+        found.push((at, "UTC".to_string()));
+    }
+    found.sort();
+    let mut zones: Vec<String> = Vec::new();
+    for (_, zone) in found {
+        if !zones.contains(&zone) {
+            zones.push(zone);
+        }
+    }
+    zones
+}
+
+/// Whether a parameter of this name holds a time zone.
+fn is_zone_parameter(name: &str) -> bool {
+    let name = name.to_lowercase();
+    name.contains("timezone") || name.contains("time_zone") || name == "tz" || name == "zone"
+}
+
+/// `tools` with each free-text time-zone parameter limited to `zones` (none: unchanged).
+pub fn named_zones_only(tools: &[ToolDefinition], zones: &[String]) -> Vec<ToolDefinition> {
+    if zones.is_empty() {
+        return tools.to_vec();
+    }
+    tools
+        .iter()
+        .map(|tool| {
+            let mut tool = tool.clone();
+            if let Some(properties) = tool
+                .parameters
+                .get_mut("properties")
+                .and_then(Value::as_object_mut)
+            {
+                for (name, schema) in properties.iter_mut() {
+                    if is_zone_parameter(name)
+                        && schema.get("type").and_then(Value::as_str) == Some("string")
+                        && schema.get("enum").is_none()
+                    {
+                        schema["enum"] = json!(zones);
+                    }
+                }
+            }
+            tool
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ZONES: &str = "#codes\tcoordinates\tTZ\tcomments\n\
+        JP\t+353916+1394441\tAsia/Tokyo\n\
+        GB,GG,IM,JE\t+513030-0000731\tEurope/London\n\
+        US\t+404251-0740023\tAmerica/New_York\tEastern (most areas)\n\
+        US\t+340308-1181434\tAmerica/Los_Angeles\tPacific\n";
+    const COUNTRIES: &str = "#code\tname\nJP\tJapan\nUS\tUnited States\nGB\tBritain (UK)\n";
+
+    fn places() -> Vec<Place> {
+        parse_places(ZONES, COUNTRIES)
+    }
+
+    #[test]
+    fn cities_and_single_zone_countries_name_their_zones_in_order() {
+        let places = places();
+        assert_eq!(
+            named_in("What time is it in Tokyo?", &places),
+            ["Asia/Tokyo"]
+        );
+        assert_eq!(
+            named_in("Convert 9am New York time to London time.", &places),
+            ["America/New_York", "Europe/London"]
+        );
+        assert_eq!(named_in("and in japan", &places), ["Asia/Tokyo"]);
+        // A country with several zones names none of them; whole words only.
+        assert!(named_in("time in the United States", &places).is_empty());
+        assert!(named_in("Tokyoite habits", &places).is_empty());
+        assert_eq!(
+            named_in("12:00 UTC in Los Angeles", &places),
+            ["UTC", "America/Los_Angeles"]
+        );
+    }
+
+    #[test]
+    fn zone_parameters_are_narrowed_and_others_left_alone() {
+        let tools = vec![ToolDefinition {
+            name: "time__convert_time".into(),
+            description: "Convert time between timezones".into(),
+            parameters: json!({"type": "object", "properties": {
+                "source_timezone": {"type": "string"},
+                "time": {"type": "string"},
+                "target_timezone": {"type": "string"}}}),
+        }];
+        let zones = vec!["America/New_York".to_string(), "Europe/London".to_string()];
+        let narrowed = named_zones_only(&tools, &zones);
+        let properties = &narrowed[0].parameters["properties"];
+        assert_eq!(properties["source_timezone"]["enum"], json!(zones));
+        assert_eq!(properties["target_timezone"]["enum"], json!(zones));
+        assert!(properties["time"].get("enum").is_none());
+        assert_eq!(named_zones_only(&tools, &[]), tools);
+    }
+
+    #[test]
+    fn without_the_tables_nothing_is_named() {
+        assert!(read_places(Path::new("/nonexistent")).is_empty());
+    }
+}
