@@ -170,8 +170,9 @@ pub(crate) async fn start(start: EngineStart<'_>) -> Result<Engine, Failure> {
     }
     // MCP Apps tools meant only for their app's own view are not the model's to call.
     catalog.hide_app_only_tools();
-    // Only a catalogue that will be searched needs the encoder (see run.rs).
-    let searches = selection.search_tool
+    // Only a catalogue that will be searched needs the encoder (see run.rs): by the model,
+    // or for the embedded model's pre-selection, which ranks by meaning too.
+    let searches = (selection.search_tool || selection.preload_margin.is_some())
         && selection_for(&selection).effective_mode(&catalog.snapshot()) != SelectionMode::All;
     if let Some(warning) = crate::semantic::attach(&catalog, semantic && searches).await {
         notice(warning);
@@ -184,6 +185,14 @@ pub(crate) async fn start(start: EngineStart<'_>) -> Result<Engine, Failure> {
         args: start.args.clone(),
         settings: start.settings.clone(),
     });
+    // The embedded model's pre-selection also offers the built-in reader for a named file.
+    #[cfg(feature = "local")]
+    let selection = if selection.preload_margin.is_some() {
+        crate::named_files::WithNamedFiles::wrap(selection_for(&selection))
+    } else {
+        selection_for(&selection)
+    };
+    #[cfg(not(feature = "local"))]
     let selection = selection_for(&selection);
     let handle = tether_agent::Session::spawn(SessionParts {
         model,

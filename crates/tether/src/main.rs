@@ -18,6 +18,8 @@ mod host;
 mod json_run;
 mod markdown;
 mod models;
+#[cfg(feature = "local")]
+mod named_files;
 mod run;
 mod semantic;
 mod serve;
