@@ -7,6 +7,8 @@
 #![allow(clippy::disallowed_macros)]
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
+mod natural;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -151,20 +153,32 @@ async fn semantic_ranker() -> SemanticRanker {
     SemanticRanker::new(Arc::new(MiniLm(encoder)), Some(dir))
 }
 
-/// The three tools `--tools auto` pre-selects for `prompt` when the embedded model is used.
+/// The tools `--tools auto` pre-selects for `prompt` when the embedded model is used (up to
+/// three; with `margin`, only those ranked within it of the best, as `tether run` does),
+/// best first.
 fn preselected(
     snapshot: &tether_catalog::Snapshot,
     prompt: &str,
+    margin: Option<f64>,
 ) -> Vec<tether_protocol::chat::ToolDefinition> {
     let selection = SearchTools::new(SelectionOptions {
         mode: SelectionMode::Search,
         search_tool: false,
         preload: 3,
+        preload_margin: margin,
         keep_loaded: false,
         ..SelectionOptions::default()
     });
     selection.start_turn(snapshot, prompt);
     selection.offer(snapshot)
+}
+
+/// The pre-selection margin: the product's, or `TETHER_BENCH_MARGIN` to measure another.
+fn margin() -> f64 {
+    std::env::var("TETHER_BENCH_MARGIN")
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(tether_catalog::SMALL_MODEL_PRELOAD_MARGIN)
 }
 
 fn arguments_match(expected: &Value, actual: &Value) -> bool {
@@ -202,7 +216,13 @@ fn main() {
         }
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("natural") {
             registry.shutdown().await;
-            natural_questions();
+            natural::natural_questions();
+            natural::natural_twenty();
+            return;
+        }
+        if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("twenty") {
+            registry.shutdown().await;
+            natural::natural_twenty();
             return;
         }
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("speed") {
@@ -231,21 +251,23 @@ fn main() {
         println!("tool-call accuracy of SmolLM2-135M-Instruct Q4_1, {} prompts, {} tools", cases().len(), tools.len());
         // Pre-selection is what `--tools search|auto` does for the embedded model: the three
         // best matches for the question are offered, and the grammar is built over them.
+        let margin = margin();
         for (grammar, preselect, meaning) in [(true, true, true), (true, true, false), (true, false, false), (false, false, false)] {
             if !preselect && std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("preselect") {
                 break;
             }
             let snapshot = if meaning { &semantic } else { &lexical };
             let provider = LocalProvider::load(&path, "local".into(), LocalOptions { grammar, ..LocalOptions::default() }).unwrap();
-            let (mut names, mut both, mut offered_right) = (0, 0, 0);
+            let (mut names, mut both, mut offered_right, mut first_right) = (0, 0, 0, 0);
             let started = Instant::now();
             for (prompt, tool, arguments) in cases() {
                 let offered = if preselect {
-                    preselected(snapshot, prompt)
+                    preselected(snapshot, prompt, if meaning { Some(margin) } else { None })
                 } else {
                     tools.clone()
                 };
                 offered_right += usize::from(offered.iter().any(|d| d.name == tool));
+                first_right += usize::from(offered.first().is_some_and(|d| d.name == tool));
                 let request = ChatRequest {
                     messages: vec![Message::system("You are a helpful assistant with tools."), Message::user(prompt)],
                     tools: offered,
@@ -266,12 +288,12 @@ fn main() {
             }
             let n = cases().len();
             println!(
-                "  grammar {:3}, {}: correct tool {names}/{n} ({:.0}%), correct tool and arguments {both}/{n} ({:.0}%), right tool offered {offered_right}/{n}, {:.1}s per prompt",
+                "  grammar {:3}, {}: correct tool {names}/{n} ({:.0}%), correct tool and arguments {both}/{n} ({:.0}%), right tool offered {offered_right}/{n} (first {first_right}/{n}), {:.1}s per prompt",
                 if grammar { "on" } else { "off" },
                 match (preselect, meaning) {
-                    (true, true) => "3 pre-selected tools (semantic ranking)",
-                    (true, false) => "3 pre-selected tools (lexical, what tether run does)",
-                    _ => "all tools offered",
+                    (true, true) => format!("up to 3 pre-selected tools within {margin} of the best, words and meaning (what tether run does)"),
+                    (true, false) => "3 pre-selected tools (words alone)".to_string(),
+                    _ => "all tools offered".to_string(),
                 },
                 names as f64 * 100.0 / n as f64,
                 both as f64 * 100.0 / n as f64,
@@ -282,7 +304,8 @@ fn main() {
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("preselect") {
             return;
         }
-        natural_questions();
+        natural::natural_questions();
+        natural::natural_twenty();
         speed(&path).await;
         call_speed(&path).await;
         busy_machine();
@@ -351,120 +374,6 @@ fn busy_machine() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Twelve questions as people ask them, answered end to end by `tether run --json` with the
-/// embedded model in a directory with three files: the built-in tools alone, then with
-/// server-everything and server-filesystem beside them. Scored on the tool (none for small
-/// talk) and on the answer containing what it must.
-fn natural_questions() {
-    let year = chrono_year();
-    // (question, the tool that should run or "" for none, text the answer must contain)
-    let questions: Vec<(&str, &str, String)> = vec![
-        ("What is 12 plus 30?", "builtin__add", "42".into()),
-        ("How much is 9 times 8?", "builtin__multiply", "72".into()),
-        ("What's 100 divided by 4?", "builtin__divide", "25".into()),
-        ("Take 7 away from 20.", "builtin__subtract", "13".into()),
-        ("What time is it?", "builtin__current_time", year.clone()),
-        ("What's today's date?", "builtin__current_time", year),
-        (
-            "What's in notes.txt?",
-            "builtin__read_file",
-            "Tuesday".into(),
-        ),
-        (
-            "Show me my shopping list.",
-            "builtin__read_file",
-            "eggs".into(),
-        ),
-        (
-            "Which files are in this folder?",
-            "builtin__list_files",
-            "notes.txt".into(),
-        ),
-        ("hello", "", String::new()),
-        ("thanks!", "", String::new()),
-        ("Can you add 2 and 2 for me?", "builtin__add", "4".into()),
-    ];
-    let dir = std::env::temp_dir().join(format!("tether-bench-natural-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("docs")).unwrap();
-    std::fs::write(dir.join("notes.txt"), "The meeting is on Tuesday.").unwrap();
-    std::fs::write(dir.join("shopping.md"), "Milk, eggs, bread.").unwrap();
-    std::fs::write(dir.join("docs/plan.md"), "Ship on Friday.").unwrap();
-    let tether = env!("CARGO_BIN_EXE_tether");
-    let with_peers = dir.join("peers.json");
-    std::fs::write(
-        &with_peers,
-        json!({"mcpServers": {
-            "builtin": {"command": tether, "args": ["builtin-server"]},
-            "everything": {"command": npm_bin("mcp-server-everything"), "args": ["stdio"]},
-            "filesystem": {"command": npm_bin("mcp-server-filesystem"), "args": [&dir]},
-        }})
-        .to_string(),
-    )
-    .unwrap();
-    println!("twelve natural questions end to end (tether run --json, embedded model):");
-    for (label, config) in [
-        ("built-in tools", None),
-        (
-            "built-in + server-everything + server-filesystem",
-            Some(&with_peers),
-        ),
-    ] {
-        let (mut right_tool, mut right_answer) = (0, 0);
-        let started = Instant::now();
-        for (question, tool, expected) in &questions {
-            let mut command = std::process::Command::new(tether);
-            command.arg("run").arg("--json").current_dir(&dir);
-            if let Some(config) = config {
-                command.arg("--config").arg(config);
-            }
-            let output = command.arg(question).output().unwrap();
-            let events: Vec<Value> = String::from_utf8_lossy(&output.stdout)
-                .lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect();
-            let called = events
-                .iter()
-                .find(|e| e["type"] == "tool_call_started")
-                .and_then(|e| e["name"].as_str())
-                .unwrap_or_default()
-                .to_string();
-            let answer = events
-                .iter()
-                .find(|e| e["type"] == "final")
-                .and_then(|e| e["text"].as_str())
-                .unwrap_or_default()
-                .to_string();
-            let tool_ok = called == *tool;
-            let answer_ok = output.status.success()
-                && !answer.trim().is_empty()
-                && !answer.contains("{\"tool\"")
-                && !answer.to_lowercase().contains("use this to answer")
-                && answer.contains(expected.as_str());
-            right_tool += usize::from(tool_ok);
-            right_answer += usize::from(answer_ok);
-            if std::env::var_os("TETHER_BENCH_VERBOSE").is_some() {
-                println!("    {question:?}: called {called:?}, answered {answer:?}");
-            }
-        }
-        let n = questions.len();
-        println!(
-            "  {label}: right tool {right_tool}/{n}, right answer {right_answer}/{n}, {:.1}s per question",
-            started.elapsed().as_secs_f64() / n as f64
-        );
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The current year, as the time tool's answer must contain it.
-fn chrono_year() -> String {
-    let output = std::process::Command::new("date")
-        .arg("+%Y")
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
-
 /// The first 100 BFCL simple_python questions, each with its own function among 100
 /// distractors from the BFCL fixture: every tool offered, or the three pre-selected for the
 /// question as `--tools auto` does for the embedded model. Scored on the tool name, and on the
@@ -490,8 +399,10 @@ async fn bfcl(path: &std::path::Path) {
     );
     // Without pre-selection every question's prompt holds 101 tools (about 16 s of prompt
     // processing each on two cores), so that side runs on the first 25 questions only.
+    let ranker = semantic_ranker().await;
+    let margin = margin();
     for (preselect, count) in [(true, questions.len()), (false, 25.min(questions.len()))] {
-        let (mut names, mut both, mut offered_right, mut failed) = (0, 0, 0, 0);
+        let (mut names, mut both, mut offered_right, mut first_right, mut failed) = (0, 0, 0, 0, 0);
         let started = Instant::now();
         for (i, question) in questions.iter().take(count).enumerate() {
             let wanted = question["expected"][0].as_str().unwrap();
@@ -513,10 +424,11 @@ async fn bfcl(path: &std::path::Path) {
                 server: "bfcl".into(),
                 tools: offered,
                 always_load: false,
-            }]);
+            }])
+            .with_semantic(Some(ranker.clone()));
             let text = question["question"].as_str().unwrap();
             let definitions = if preselect {
-                preselected(&snapshot, text)
+                preselected(&snapshot, text, Some(margin))
             } else {
                 snapshot.definitions().to_vec()
             };
@@ -528,6 +440,7 @@ async fn bfcl(path: &std::path::Path) {
                 .qualified_name
                 .clone();
             offered_right += usize::from(definitions.iter().any(|d| d.name == qualified));
+            first_right += usize::from(definitions.first().is_some_and(|d| d.name == qualified));
             let request = ChatRequest {
                 messages: vec![
                     Message::system("You are a helpful assistant with tools."),
@@ -569,11 +482,13 @@ async fn bfcl(path: &std::path::Path) {
         }
         let n = count;
         println!(
-            "  {}: correct tool {names}/{n}, correct tool and required arguments {both}/{n}, right tool offered {offered_right}/{n}, model errors (e.g. context exceeded) {failed}, {:.1}s per question",
+            "  {}: correct tool {names}/{n}, correct tool and required arguments {both}/{n}, right tool offered {offered_right}/{n} (first {first_right}/{n}), model errors (e.g. context exceeded) {failed}, {:.1}s per question",
             if preselect {
-                "3 pre-selected tools"
+                format!(
+                    "up to 3 pre-selected tools within {margin} of the best (what tether run does)"
+                )
             } else {
-                "all 101 tools offered"
+                "all 101 tools offered".to_string()
             },
             started.elapsed().as_secs_f64() / n as f64
         );
