@@ -66,11 +66,16 @@ pub(crate) fn answer_ends(text: &str) -> bool {
         || first_repeat(text).is_some()
 }
 
+/// A result this short is reported whole: an answer that leaves out one of its numbers
+/// reports something else.
+const SHORT_RESULT: usize = 60;
+
 /// The answer a person gets, from all the model wrote after a tool result: cut where it
 /// recites our instruction or starts repeating itself; the result's own sentence
-/// (`fallback`) instead when it is empty, a call, or gives a number that neither the result
-/// nor the question holds (the 135M model reports `add`'s 4 as "returned: 2").
-pub(crate) fn settle_answer(text: &str, fallback: &str, known: &str) -> String {
+/// (`fallback`) instead when it is empty, a call, gives a number that neither the result nor
+/// the question holds (`known`), or leaves out a number of a short `result` (the 135M model
+/// reports `add`'s 4 for "add 2 and 2" as "returned: 2").
+pub(crate) fn settle_answer(text: &str, fallback: &str, known: &str, result: &str) -> String {
     if text.trim_start().starts_with(['{', '[', '`']) {
         return fallback.to_string();
     }
@@ -83,7 +88,10 @@ pub(crate) fn settle_answer(text: &str, fallback: &str, known: &str) -> String {
     }
     let answer = text[..end].trim();
     let known = numbers_in(known);
-    if answer.is_empty() || numbers_in(answer).iter().any(|n| !known.contains(n)) {
+    let given = numbers_in(answer);
+    let left_out = result.trim().chars().count() <= SHORT_RESULT
+        && numbers_in(result).iter().any(|n| !given.contains(n));
+    if answer.is_empty() || left_out || given.iter().any(|n| !known.contains(n)) {
         return fallback.to_string();
     }
     answer.to_string()
@@ -124,6 +132,14 @@ fn numbers_in(text: &str) -> Vec<String> {
             if trimmed.is_empty() { "0" } else { trimmed }.to_string()
         })
         .collect()
+}
+
+/// The text of the last tool result, when the conversation ends with one.
+pub(crate) fn last_result(messages: &[Message]) -> &str {
+    match messages.last() {
+        Some(Message::Tool { content, .. }) => content,
+        _ => "",
+    }
 }
 
 /// "The add tool returned: 30." for the last tool result, answering when the model will not.
@@ -202,24 +218,27 @@ mod tests {
     fn an_answer_keeps_to_the_numbers_it_was_given() {
         let fallback = "The add tool returned: 4";
         let known = "Can you add 2 and 2 for me? 4";
+        let settle = |text: &str| settle_answer(text, fallback, known, "4");
+        assert_eq!(settle("2 plus 2 is 4."), "2 plus 2 is 4.");
+        assert_eq!(settle("It is 4 and 5."), fallback, "a number from nowhere");
         assert_eq!(
-            settle_answer("2 plus 2 is 4.", fallback, known),
-            "2 plus 2 is 4."
-        );
-        assert_eq!(
-            settle_answer("The add tool returned: 2\nIt is 5.", fallback, known),
+            settle("The add tool returned: 2"),
             fallback,
-            "a number from nowhere"
+            "the result left out"
         );
-        assert_eq!(settle_answer("  ", fallback, known), fallback);
-        assert_eq!(settle_answer("{\"tool\": \"x\"", fallback, known), fallback);
+        assert_eq!(settle("  "), fallback);
+        assert_eq!(settle("{\"tool\": \"x\""), fallback);
         assert_eq!(
-            settle_answer("It is 4. Use this to answer my question.", fallback, known),
+            settle("It is 4. Use this to answer my question."),
             "It is 4."
         );
+        assert_eq!(settle("It is 04 today."), "It is 04 today.");
+        // A long result need not be reported whole.
+        let long = format!("{} 7", "word ".repeat(20));
+        let known = format!("{known} {long}");
         assert_eq!(
-            settle_answer("It is 04 today.", fallback, known),
-            "It is 04 today."
+            settle_answer("It is 4.", fallback, &known, &long),
+            "It is 4."
         );
     }
 
@@ -227,7 +246,10 @@ mod tests {
     fn an_answer_stops_where_it_repeats_itself() {
         let text = "The server is ready to use.\n\nThe server is ready to use.\n\nThe";
         assert!(answer_ends(text));
-        assert_eq!(settle_answer(text, "f", ""), "The server is ready to use.");
+        assert_eq!(
+            settle_answer(text, "f", "", ""),
+            "The server is ready to use."
+        );
         assert!(!answer_ends("Yes. Yes. It is 4."));
         assert!(answer_ends("  {\"tool\""));
         assert!(!answer_ends("It is 4"));

@@ -37,7 +37,7 @@ use tether_llm::{ChatRequest, LlmError, Provider, StopReason, StreamEvent, ToolC
 use tether_protocol::chat::{Message, ToolDefinition, Usage};
 
 use crate::answer_guards::{
-    EchoGuard, answer_ends, find_call, last_result_sentence, settle_answer,
+    EchoGuard, answer_ends, find_call, last_result, last_result_sentence, settle_answer,
 };
 use crate::call_policy::{NO_TOOL_FITS, mentions_a_tool, this_turn_text, with_system_note};
 use crate::grammar::tool_call_grammar;
@@ -278,6 +278,7 @@ impl Provider for LocalProvider {
                 max_tokens,
                 fallback,
                 known,
+                result,
             } = self.prepare(request)?;
             let (tx, rx) = futures::channel::mpsc::unbounded();
             let engine = self.engine.clone();
@@ -290,6 +291,7 @@ impl Provider for LocalProvider {
                     max_tokens,
                     fallback: fallback.as_deref(),
                     known: &known,
+                    result: &result,
                 };
                 if let Err(error) = generate(&engine, &name, &prompt, &plan, &tx) {
                     let _ = failure.unbounded_send(Err(error));
@@ -310,6 +312,8 @@ struct Prepared {
     fallback: Option<String>,
     /// The question and the results since (see [`Plan::known`]).
     known: String,
+    /// The last tool result (see [`Plan::result`]).
+    result: String,
 }
 
 impl LocalProvider {
@@ -407,6 +411,7 @@ impl LocalProvider {
             max_tokens,
             fallback,
             known,
+            result: last_result(&request.messages).to_string(),
         })
     }
 }
@@ -423,6 +428,8 @@ struct Plan<'a> {
     fallback: Option<&'a str>,
     /// The question and the results it got: the numbers an answer may give.
     known: &'a str,
+    /// The last tool result, which a short answer must report.
+    result: &'a str,
 }
 
 fn generate(
@@ -586,7 +593,7 @@ fn generate(
         continue_decoding(&mut batch, token, &mut position, &mut context, &fail)?;
     }
     if let (true, Some(fallback)) = (whole, fallback) {
-        let answer = settle_answer(&text, fallback, plan.known);
+        let answer = settle_answer(&text, fallback, plan.known, plan.result);
         let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(answer)));
     }
     // What the guard held back as a possible start of our prompt turned out not to be.
