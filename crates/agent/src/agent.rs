@@ -27,11 +27,11 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{AgentEvent, StopReason, ToolKind};
-use crate::instructions::{cut_at, instructions_cap};
 use crate::overflow;
-use crate::prompt_mode::{parse_tool_calls, render_history, tools_prompt};
+use crate::prompt_mode::{parse_tool_calls, render_history};
 use crate::results::{DEFAULT_MAX_RESULT_CHARS, result_text, truncate};
 use crate::servers::ToolServers;
+use crate::system_prompt::{SystemPrompt, compose};
 
 /// How tools are offered to the model.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -270,17 +270,10 @@ impl<'a> Agent<'a> {
         self.system_prompt_with(&offered)
     }
 
-    /// The system prompt: a usage guide, each server's instructions, the user's own prompt,
-    /// and in prompt mode the tool list.
+    /// The system prompt: a usage guide, the instructions of the servers the model can reach
+    /// this turn (`system_prompt::compose`), the user's own prompt, and in prompt mode the
+    /// tool list.
     fn system_prompt_with(&self, offered: &[ToolDefinition]) -> String {
-        let mut text = String::from(
-            "You are a helpful assistant with access to tools from MCP servers. Use a tool when it helps answer \
-             accurately; pass arguments that match its schema; if a tool returns an error, read it and fix the call \
-             or explain the problem. Answer directly when no tool is needed.",
-        );
-        // Only the servers whose tools the model can reach this turn speak to it (a small
-        // model offered three tools reads no other server's instructions, and follows them
-        // when it does), in a share of the context window.
         let reachable = self.selection.reachable_servers(&self.catalog.snapshot());
         let speaking: Vec<(String, String)> = self
             .registry
@@ -290,28 +283,13 @@ impl<'a> Agent<'a> {
             .filter(|(server, _)| !self.catalog.instructions_withheld(server))
             .filter(|(server, _)| reachable.as_ref().is_none_or(|r| r.contains(server)))
             .collect();
-        let each = instructions_cap(self.options.context_window, speaking.len());
-        for (server, instructions) in speaking {
-            text.push_str(&format!(
-                "\n\nInstructions from the \"{server}\" server (its tools start with \"{server}__\"):\n{}",
-                cut_at(instructions.trim(), each)
-            ));
-        }
-        if let Some(own) = &self.options.system_prompt {
-            text.push_str("\n\n");
-            text.push_str(own);
-        }
-        if offered.iter().any(|d| d.name == SEARCH_TOOL) {
-            text.push_str(
-                "\n\nMore tools exist than are loaded: when none of the loaded tools fits, call search_tools \
-                 to find and load one, then call it.",
-            );
-        }
-        if self.prompt_mode && !offered.is_empty() {
-            text.push_str("\n\n");
-            text.push_str(&tools_prompt(offered));
-        }
-        text
+        compose(&SystemPrompt {
+            instructions: speaking,
+            context_window: self.options.context_window,
+            own: self.options.system_prompt.as_deref(),
+            offered,
+            prompt_mode: self.prompt_mode,
+        })
     }
 
     fn request(&self, conversation: &[Message], offered: Vec<ToolDefinition>) -> ChatRequest {

@@ -8,7 +8,6 @@ pub mod attachments;
 pub mod compaction;
 pub mod context;
 pub mod events;
-mod instructions;
 pub mod overflow;
 pub mod prompt_mode;
 pub mod questions;
@@ -17,6 +16,7 @@ pub mod sampling;
 pub mod servers;
 pub mod session;
 pub mod settings;
+mod system_prompt;
 
 pub use agent::{
     Agent, AgentError, AgentOptions, ApprovalRequest, Approver, NonInteractive, ToolMode,
