@@ -312,3 +312,62 @@ fn embedded_model_answers_an_editor_through_tether_acp() {
     assert!(text.contains("30"), "answer: {text}");
     assert!(child.wait().unwrap().success());
 }
+
+/// "Show me my shopping list" ranks `list_files` first by its words; the file it names in the
+/// working directory brings the built-in `read_file`, which reads it.
+#[test]
+fn embedded_model_reads_the_file_a_message_names_without_saying_read() {
+    let dir = empty_dir("shopping");
+    std::fs::write(dir.join("notes.txt"), "The meeting is on Tuesday.").unwrap();
+    std::fs::write(dir.join("shopping.md"), "Milk, eggs, bread.").unwrap();
+    let (events, started) = reads_a_file(&dir, "Show me my shopping list.");
+    assert_eq!(started["arguments"]["path"], "shopping.md", "{events:#?}");
+}
+
+/// "9 times 8" went to `add` while all seven built-in tools were offered; by words and
+/// meaning `multiply` is a clear winner, offered alone.
+#[test]
+fn embedded_model_multiplies_when_asked_for_times() {
+    let dir = empty_dir("times");
+    let (code, events, stderr) = run_json(&dir, "How much is 9 times 8?", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_started")
+        .unwrap_or_else(|| panic!("no call: {events:#?}"));
+    assert_eq!(started["name"], "builtin__multiply", "{events:#?}");
+    let last = events.iter().find(|e| e["type"] == "turn_ended").unwrap();
+    assert!(last["text"].as_str().unwrap().contains("72"), "{last}");
+}
+
+/// A place the question names fixes the time zone: the grammar allows only its zone, where
+/// the model wrote "UTC" for Tokyo before.
+#[test]
+fn embedded_model_asks_the_time_in_the_zone_the_question_names() {
+    if !std::path::Path::new("/usr/share/zoneinfo/zone1970.tab").exists() {
+        panic!("this test needs the tz database: scripts/install-system.sh installs tzdata");
+    }
+    let dir = empty_dir("tokyo");
+    let config = dir.join("time.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"time": {"command": test_support::venv_bin("mcp-server-time")}}})
+            .to_string(),
+    )
+    .unwrap();
+    let (code, events, stderr) = run_json(
+        &dir,
+        "What time is it in Tokyo right now?",
+        &["--config", config.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_started")
+        .unwrap_or_else(|| panic!("no call: {events:#?}"));
+    assert_eq!(started["name"], "time__get_current_time", "{events:#?}");
+    assert_eq!(
+        started["arguments"]["timezone"], "Asia/Tokyo",
+        "{events:#?}"
+    );
+}
