@@ -47,6 +47,18 @@ fn path_kind(name: &str) -> Option<PathKind> {
         .then_some(PathKind::Any)
 }
 
+/// Verbs of tools that name paths that need not exist yet (`write_file`, `create_directory`,
+/// `move_file`): narrowed to what exists, they could only overwrite.
+const CREATING: &[&str] = &[
+    "write", "create", "save", "move", "rename", "copy", "mkdir", "new",
+];
+
+/// Whether the tool `name` (qualified) may name a path that does not exist yet.
+fn creates_paths(name: &str) -> bool {
+    let own = name.rsplit("__").next().unwrap_or(name).to_lowercase();
+    CREATING.iter().any(|verb| own.contains(verb))
+}
+
 /// Whether some tool of `tools` has a path-like string parameter.
 fn takes_paths(tools: &[ToolDefinition]) -> bool {
     tools.iter().any(|tool| {
@@ -94,6 +106,9 @@ pub fn existing_paths_only(
         .map(|tool| {
             let mut tool = tool.clone();
             let builtin = tool.name == READ_FILE;
+            if !builtin && creates_paths(&tool.name) {
+                return tool;
+            }
             let Some(properties) = tool
                 .parameters
                 .get_mut("properties")
@@ -265,6 +280,10 @@ mod tests {
         assert_eq!(path_kind("directory"), Some(PathKind::Directory));
         assert_eq!(path_kind("query"), None);
         assert_eq!(path_kind("timezone"), None);
+        assert!(creates_paths("filesystem__write_file"));
+        assert!(creates_paths("filesystem__create_directory"));
+        assert!(!creates_paths("filesystem__read_text_file"));
+        assert!(!creates_paths("git__git_status"));
         assert_eq!(
             paths_written_in("Show me 'docs/plan.md', notes.txt and https://x.io/a. Version 1.5?"),
             ["docs/plan.md", "notes.txt"]
@@ -332,6 +351,14 @@ mod tests {
                 "/etc/hosts"
             ])
         );
+        // A tool that writes may name a file that does not exist yet: left free.
+        let writer = ToolDefinition {
+            name: "files__write_file".into(),
+            ..read_file()
+        };
+        let tools = existing_paths_only(std::slice::from_ref(&writer), &known, "save it");
+        assert_eq!(tools[0], writer);
+        let tools = existing_paths_only(&[read_file()], &known, "read it");
         let grammar = crate::grammar::tool_call_grammar(&tools[..1]);
         assert!(grammar.contains(r#""\"notes.txt\"""#), "{grammar}");
 
