@@ -271,29 +271,13 @@ impl Provider for LocalProvider {
         request: &'a ChatRequest,
     ) -> BoxFuture<'a, Result<EventStream, LlmError>> {
         Box::pin(async move {
-            let Prepared {
-                prompt,
-                grammar,
-                mode,
-                max_tokens,
-                fallback,
-                known,
-                result,
-            } = self.prepare(request)?;
+            let prepared = self.prepare(request)?;
             let (tx, rx) = futures::channel::mpsc::unbounded();
             let engine = self.engine.clone();
             let name = self.name.clone();
             tokio::task::spawn_blocking(move || {
                 let failure = tx.clone();
-                let plan = Plan {
-                    grammar: grammar.as_deref(),
-                    mode,
-                    max_tokens,
-                    fallback: fallback.as_deref(),
-                    known: &known,
-                    result: &result,
-                };
-                if let Err(error) = generate(&engine, &name, &prompt, &plan, &tx) {
+                if let Err(error) = generate(&engine, &name, &prepared, &tx) {
                     let _ = failure.unbounded_send(Err(error));
                 }
             });
@@ -305,14 +289,15 @@ impl Provider for LocalProvider {
 /// What one request runs: the rendered prompt, the grammar of a call, how it is decoded.
 struct Prepared {
     prompt: String,
+    /// The GBNF grammar of a call, when one is required or allowed.
     grammar: Option<String>,
     mode: CallMode,
     max_tokens: u32,
     /// What to answer instead when an answer turns out to be another call.
     fallback: Option<String>,
-    /// The question and the results since (see [`Plan::known`]).
+    /// The question and the results it got: the numbers an answer may give.
     known: String,
-    /// The last tool result (see [`Plan::result`]).
+    /// The last tool result, which a short answer must report.
     result: String,
 }
 
@@ -418,34 +403,12 @@ impl LocalProvider {
 
 type Sender = futures::channel::mpsc::UnboundedSender<Result<StreamEvent, LlmError>>;
 
-/// How one request is decoded.
-struct Plan<'a> {
-    /// The GBNF grammar of a call, when one is required or allowed.
-    grammar: Option<&'a str>,
-    mode: CallMode,
-    max_tokens: u32,
-    /// What to answer instead when an answer turns out to be another call.
-    fallback: Option<&'a str>,
-    /// The question and the results it got: the numbers an answer may give.
-    known: &'a str,
-    /// The last tool result, which a short answer must report.
-    result: &'a str,
-}
-
-fn generate(
-    engine: &Engine,
-    name: &str,
-    prompt: &str,
-    plan: &Plan<'_>,
-    tx: &Sender,
-) -> Result<(), LlmError> {
-    let Plan {
-        grammar,
-        mode,
-        max_tokens,
-        fallback,
-        ..
-    } = *plan;
+/// Decodes `prepared` on `engine`, sending what it makes to `tx`.
+fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Result<(), LlmError> {
+    let prompt = prepared.prompt.as_str();
+    let grammar = prepared.grammar.as_deref();
+    let fallback = prepared.fallback.as_deref();
+    let (mode, max_tokens) = (prepared.mode, prepared.max_tokens);
     let backend = backend()?;
     let model = &engine.model;
     let vocab = model.vocab();
@@ -593,7 +556,7 @@ fn generate(
         continue_decoding(&mut batch, token, &mut position, &mut context, &fail)?;
     }
     if let (true, Some(fallback)) = (whole, fallback) {
-        let answer = settle_answer(&text, fallback, plan.known, plan.result);
+        let answer = settle_answer(&text, fallback, &prepared.known, &prepared.result);
         let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(answer)));
     }
     // What the guard held back as a possible start of our prompt turned out not to be.

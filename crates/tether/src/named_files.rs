@@ -5,7 +5,8 @@
 //! (tether-local's `paths`). A decorator on the turn's selection: the catalogue knows nothing
 //! of the filesystem.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
 use tether_catalog::{Resolved, SelectionMode, Snapshot, ToolSelection};
@@ -18,19 +19,19 @@ const READ_FILE: &str = "builtin__read_file";
 pub(crate) struct WithNamedFiles {
     inner: Arc<dyn ToolSelection>,
     /// Whether this turn added `read_file`.
-    added: Mutex<bool>,
+    added: AtomicBool,
 }
 
 impl WithNamedFiles {
     pub(crate) fn wrap(inner: Arc<dyn ToolSelection>) -> Arc<dyn ToolSelection> {
         Arc::new(WithNamedFiles {
             inner,
-            added: Mutex::new(false),
+            added: AtomicBool::new(false),
         })
     }
 
     fn added(&self) -> bool {
-        self.added.lock().map(|a| *a).unwrap_or(false)
+        self.added.load(Ordering::Relaxed)
     }
 }
 
@@ -52,9 +53,7 @@ impl ToolSelection for WithNamedFiles {
             && snapshot.position(READ_FILE).is_some()
             && !names.iter().any(|n| n == READ_FILE)
             && names_a_file(user_text);
-        if let Ok(mut added) = self.added.lock() {
-            *added = add;
-        }
+        self.added.store(add, Ordering::Relaxed);
         if add {
             names.push(READ_FILE.to_string());
         }
