@@ -85,6 +85,12 @@ pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
     if text.contains(" - ") || text.contains(" minus ") {
         asked.push("minus".to_string());
     }
+    // Everyday words for what memory tools do: "remember that Bob likes tea" shares no word
+    // with `create_entities` in a "knowledge graph memory".
+    let remembering = ["remember", "recall", "forget", "memorize", "memorise"];
+    if asked.iter().any(|w| remembering.contains(&w.as_str())) {
+        asked.push("memory".to_string());
+    }
     // A message carrying the numbers a tool's required numeric parameters need is about it
     // ("take 7 away from 20" shares no word with `subtract`).
     let numbers = text
@@ -110,7 +116,7 @@ pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
         return true;
     }
     let stem = |w: &str| w.trim_end_matches('s').chars().take(6).collect::<String>();
-    let asked: Vec<String> = asked.iter().map(|w| stem(w)).collect();
+    let stems: Vec<String> = asked.iter().map(|w| stem(w)).collect();
     tools.iter().any(|tool| {
         let known = format!(
             "{} {} {}",
@@ -118,7 +124,12 @@ pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
             tool.description,
             tool.parameters
         );
-        words(&known).iter().any(|w| asked.contains(&stem(w)))
+        words(&known).iter().any(|w| {
+            stems.contains(&stem(w))
+                // A word of four letters or more that begins a longer one: "week" in
+                // "weekday", "file" in "filename".
+                || asked.iter().any(|a| a.len() >= 4 && w.starts_with(a.as_str()))
+        })
     })
 }
 
@@ -136,17 +147,26 @@ mod tests {
         let tools = vec![
             tool("builtin__add", "Add two numbers: a plus b."),
             tool("builtin__read_file", "Show what is in a file."),
-            tool("builtin__current_time", "The current date and time."),
+            tool(
+                "builtin__current_time",
+                "The current date, time and weekday.",
+            ),
         ];
         for asked in [
             "What is 10 + 20?",
             "Use the add tool on 2 and 3",
             "read notes.txt",
             "what time is it",
+            "What day of the week is it?",
         ] {
             assert!(mentions_a_tool(asked, &tools), "{asked}");
         }
-        for chat in ["hello", "Thanks!", "hi there, how are you?"] {
+        for chat in [
+            "hello",
+            "Thanks!",
+            "hi there, how are you?",
+            "Good morning!",
+        ] {
             assert!(!mentions_a_tool(chat, &tools), "{chat}");
         }
         // The numbers a tool needs, without a word of its own.
@@ -164,6 +184,19 @@ mod tests {
         assert!(!mentions_a_tool(
             "Take it away.",
             std::slice::from_ref(&subtract)
+        ));
+        let remember = ToolDefinition {
+            name: "memory__create_entities".into(),
+            description: "Create new entities in the knowledge graph memory.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        assert!(mentions_a_tool(
+            "Please remember that Bob likes green tea.",
+            std::slice::from_ref(&remember)
+        ));
+        assert!(!mentions_a_tool(
+            "Bob likes green tea.",
+            std::slice::from_ref(&remember)
         ));
         assert!(!mentions_a_tool(
             "I have 3 cats",

@@ -6,6 +6,9 @@
 use serde_json::Value;
 use tether_protocol::chat::ToolDefinition;
 
+/// The most items a typed array argument may hold.
+const MAX_ITEMS: usize = 3;
+
 /// The text a tool call starts with; also the trigger of the lazy grammar.
 pub const CALL_OPENER: &str = "{\"tool\": ";
 
@@ -43,7 +46,18 @@ fn value_rule(schema: &Value) -> String {
         Some("integer") => "integer".into(),
         Some("number") => "number".into(),
         Some("boolean") => "boolean".into(),
-        Some("array") => "array".into(),
+        // Items typed as the schema says, one to three of them: a required list is not empty,
+        // and a small model repeats items (`[1, 2, 3, …` until its token limit when free).
+        Some("array") => match schema.get("items").filter(|items| items.is_object()) {
+            Some(items) => {
+                let item = value_rule(items);
+                format!(
+                    "\"[\" {item} ( \", \" {item} ){{0,{}}} \"]\"",
+                    MAX_ITEMS - 1
+                )
+            }
+            None => "array".into(),
+        },
         // An object with required properties is spelled out like a tool's arguments (the
         // meta-tool's `params`); one without is any object, as optional fields are its point.
         Some("object") if has_required(schema) => arguments_rule(schema),
@@ -157,6 +171,27 @@ mod tests {
             "{grammar}"
         );
         assert!(grammar.contains(r#"call1 ::= "{\"tool\": " "\"builtin__current_time\"" ", \"arguments\": " "{}" "}""#), "{grammar}");
+    }
+
+    #[test]
+    fn arrays_hold_typed_items() {
+        let tools = vec![ToolDefinition {
+            name: "memory__create_entities".into(),
+            description: "Create".into(),
+            parameters: json!({"type": "object", "properties": {"entities": {"type": "array", "items": {
+                "type": "object", "properties": {"name": {"type": "string"},
+                    "observations": {"type": "array", "items": {"type": "string"}}},
+                "required": ["name", "observations"]}}}, "required": ["entities"]}),
+        }];
+        let grammar = tool_call_grammar(&tools);
+        let observations = r#""[" string ( ", " string ){0,2} "]""#;
+        let entity = format!(
+            r#""{{" "\"name\"" ": " string ", " "\"observations\"" ": " {observations} "}}""#
+        );
+        assert!(
+            grammar.contains(&format!(r#""[" {entity} ( ", " {entity} ){{0,2}} "]""#)),
+            "{grammar}"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@
 mod answer_guards;
 mod call_policy;
 pub mod grammar;
+pub mod numbers;
 pub mod paths;
 pub mod template;
 pub mod zones;
@@ -325,8 +326,11 @@ impl LocalProvider {
         let known = paths::files_for(&request.tools, &root);
         let named_files =
             last_user.and_then(|text| paths::read_named_files(&request.tools, text, &known.files));
-        let last_is_user = named_files.is_some()
-            || last_user.is_some_and(|text| mentions_a_tool(text, &request.tools));
+        let names_a_file = last_user.is_some_and(|text| {
+            named_files.is_some() || !paths::files_named_in(text, &known.files).is_empty()
+        });
+        let last_is_user =
+            names_a_file || last_user.is_some_and(|text| mentions_a_tool(text, &request.tools));
         let small = self.engine.model.n_params() < 1_000_000_000;
         let has_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
         let mode = if !has_tools {
@@ -373,10 +377,12 @@ impl LocalProvider {
         let grammar = matches!(mode, CallMode::RequiredCall | CallMode::LazyCall).then(|| {
             match (&named_files, mode) {
                 (Some(read), CallMode::RequiredCall) => tool_call_grammar(read),
-                _ => tool_call_grammar(&zones::named_zones_only(
-                    &paths::existing_paths_only(tools, &known, last_user.unwrap_or_default()),
-                    &zones,
-                )),
+                _ => {
+                    let text = last_user.unwrap_or_default();
+                    let narrowed = paths::existing_paths_only(tools, &known, text);
+                    let narrowed = numbers::written_numbers_only(&narrowed, text);
+                    tool_call_grammar(&zones::named_zones_only(&narrowed, &zones))
+                }
             }
         });
         let max_tokens = match mode {
@@ -568,6 +574,7 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
         input_tokens: tokens.len() as u64,
         output_tokens: generated,
     })));
+    tracing::debug!(?mode, tokens = generated, %text, "embedded model output");
     if mode != CallMode::Answer {
         // The first complete call in the text, as a native tool call.
         let calls = find_call(&text);
@@ -582,12 +589,32 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
                 stop = StopReason::ToolCalls;
             }
             None => {
-                let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(text.clone())));
+                let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(unfinished_call(&text))));
             }
         }
     }
     let _ = tx.unbounded_send(Ok(StreamEvent::Stop(stop)));
     Ok(())
+}
+
+/// What to answer for `text`, a call the model did not finish within its token limit: a
+/// sentence naming the tool, not half a JSON object. Text that is no call stays as it is.
+fn unfinished_call(text: &str) -> String {
+    let Some(rest) = text
+        .find(grammar::CALL_OPENER)
+        .map(|at| &text[at + grammar::CALL_OPENER.len()..])
+    else {
+        return text.to_string();
+    };
+    let tool = rest
+        .trim_start_matches('"')
+        .split('"')
+        .next()
+        .unwrap_or_default();
+    format!(
+        "I could not finish the arguments of a call to {tool} within {MAX_CALL_TOKENS} tokens; \
+         try asking with the values it needs spelled out."
+    )
 }
 
 /// The most likely token the grammar allows at output `index`.
@@ -644,6 +671,21 @@ fn continue_decoding(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unfinished_call_is_told_not_shown() {
+        let told = unfinished_call(
+            r#"{"tool": "memory__create_relations", "arguments": {"relations": [1, 2, 3"#,
+        );
+        assert!(
+            told.starts_with(
+                "I could not finish the arguments of a call to memory__create_relations"
+            ),
+            "{told}"
+        );
+        assert_eq!(unfinished_call("Just an answer."), "Just an answer.");
+    }
+
     #[test]
     fn threads_leave_the_cores_other_jobs_keep_busy() {
         assert!(default_threads() >= 1);

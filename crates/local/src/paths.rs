@@ -33,18 +33,51 @@ const SKIPPED: &[&str] = &[
 enum PathKind {
     /// A file, or a directory (`path`, `file_path`, `source`).
     Any,
-    /// A directory only (`directory`, `dir`, `folder`, `repo_path`).
+    /// A file only (the `path` of a tool that reads or edits).
+    File,
+    /// A directory only (`directory`, `dir`, `folder`, or the `path` of a tool that lists
+    /// or searches).
     Directory,
+    /// A version-control repository (`repo_path`, `repository`).
+    Repository,
 }
 
 /// What the parameter `name` of a string type names, judged by its name.
 fn path_kind(name: &str) -> Option<PathKind> {
     let lower = name.to_lowercase();
-    if ["dir", "folder", "repo"].iter().any(|w| lower.contains(w)) {
+    if lower.contains("repo") {
+        return Some(PathKind::Repository);
+    }
+    if ["dir", "folder"].iter().any(|w| lower.contains(w)) {
         return Some(PathKind::Directory);
     }
     (lower.ends_with("path") || lower.ends_with("file") || lower.contains("filename"))
         .then_some(PathKind::Any)
+}
+
+/// Verbs of tools whose path is a directory (`list_directory`, `search_files`,
+/// `directory_tree`) and of tools whose path is a file (`read_text_file`, `edit_file`).
+const LISTING: &[&str] = &["list", "search", "find", "tree", "director", "glob"];
+const READING: &[&str] = &["read", "head", "tail", "edit", "open", "cat"];
+
+/// What the parameter `name` of the tool `tool` (qualified) names: its own name says, and a
+/// bare `path` takes the kind the tool's verb needs: given a file to list, or a directory to
+/// read, a server can only fail.
+fn kind_in(tool: &str, name: &str) -> Option<PathKind> {
+    let kind = path_kind(name)?;
+    if kind != PathKind::Any {
+        return Some(kind);
+    }
+    let own = tool.rsplit("__").next().unwrap_or(tool).to_lowercase();
+    let words: Vec<&str> = own.split(|c: char| !c.is_alphanumeric()).collect();
+    let says = |verbs: &[&str]| words.iter().any(|w| verbs.iter().any(|v| w.starts_with(v)));
+    Some(if says(LISTING) {
+        PathKind::Directory
+    } else if says(READING) {
+        PathKind::File
+    } else {
+        PathKind::Any
+    })
 }
 
 /// Verbs of tools that name paths that need not exist yet (`write_file`, `create_directory`,
@@ -80,6 +113,8 @@ pub struct KnownPaths {
     pub files: Vec<String>,
     /// `.` and the relative paths of directories.
     pub directories: Vec<String>,
+    /// The ones of `directories` that hold a `.git`: what a repository parameter may name.
+    pub repositories: Vec<String>,
 }
 
 /// The paths under `root` a model may name, listed once per request: none unless some
@@ -120,13 +155,22 @@ pub fn existing_paths_only(
                 if !is_free_string(schema) {
                     continue;
                 }
-                let allowed: Vec<String> = match (builtin, name.as_str(), path_kind(name)) {
+                let allowed: Vec<String> = match (builtin, name.as_str(), kind_in(&tool.name, name))
+                {
                     (true, "path", _) => known.files.clone(),
                     (true, _, _) | (false, _, None) => continue,
-                    (false, _, Some(PathKind::Directory)) => {
+                    (false, _, Some(PathKind::Repository)) if !known.repositories.is_empty() => {
+                        known.repositories.clone()
+                    }
+                    (false, _, Some(PathKind::Directory | PathKind::Repository)) => {
                         let mut dirs = known.directories.clone();
                         dirs.extend(written.iter().filter(|w| !w.contains('.')).cloned());
                         dirs
+                    }
+                    (false, _, Some(PathKind::File)) => {
+                        let mut files = known.files.clone();
+                        files.extend(written.iter().cloned());
+                        files
                     }
                     (false, _, Some(PathKind::Any)) => {
                         let mut any = known.files.clone();
@@ -193,12 +237,22 @@ pub fn files_named_in(text: &str, files: &[String]) -> Vec<String> {
 }
 
 /// When `text` names some of `files` and the built-in `read_file` is offered: that tool
-/// alone, its path limited to those files. A message that names a file is about that file.
+/// alone, its path limited to those files. A message that names a file is about that file;
+/// but when another server's tool that takes a path was offered too (the search ranked it
+/// for this message: `get_file_info` for "how big is notes.txt?"), the model chooses.
 pub fn read_named_files(
     tools: &[ToolDefinition],
     text: &str,
     files: &[String],
 ) -> Option<Vec<ToolDefinition>> {
+    let builtin = READ_FILE.split("__").next().unwrap_or_default();
+    let others_take_paths = tools
+        .iter()
+        .filter(|t| t.name.split("__").next() != Some(builtin))
+        .any(|t| takes_paths(std::slice::from_ref(t)));
+    if others_take_paths {
+        return None;
+    }
     let mut read = tools.iter().find(|t| t.name == READ_FILE)?.clone();
     let named = files_named_in(text, files);
     if named.is_empty() || named.len() > MAX_FILES {
@@ -223,7 +277,18 @@ pub fn entries_under(root: &Path) -> KnownPaths {
             }
         }
     }
-    KnownPaths { files, directories }
+    // Hidden entries are not listed, so a repository is known by its `.git` (a directory,
+    // or a file in a worktree or submodule).
+    let repositories = directories
+        .iter()
+        .filter(|dir| root.join(dir).join(".git").exists())
+        .cloned()
+        .collect();
+    KnownPaths {
+        files,
+        directories,
+        repositories,
+    }
 }
 
 /// Relative paths (`/`-separated, sorted) of the regular files under `root`, up to
@@ -276,10 +341,25 @@ mod tests {
     fn parameters_are_told_apart_by_their_names() {
         assert_eq!(path_kind("path"), Some(PathKind::Any));
         assert_eq!(path_kind("file_path"), Some(PathKind::Any));
-        assert_eq!(path_kind("repo_path"), Some(PathKind::Directory));
+        assert_eq!(path_kind("repo_path"), Some(PathKind::Repository));
         assert_eq!(path_kind("directory"), Some(PathKind::Directory));
         assert_eq!(path_kind("query"), None);
         assert_eq!(path_kind("timezone"), None);
+        // A bare `path` takes the kind its tool's verb needs.
+        assert_eq!(
+            kind_in("fs__list_directory", "path"),
+            Some(PathKind::Directory)
+        );
+        assert_eq!(
+            kind_in("fs__search_files", "path"),
+            Some(PathKind::Directory)
+        );
+        assert_eq!(kind_in("fs__read_text_file", "path"), Some(PathKind::File));
+        assert_eq!(kind_in("fs__get_file_info", "path"), Some(PathKind::Any));
+        assert_eq!(
+            kind_in("fs__read_file", "directory"),
+            Some(PathKind::Directory)
+        );
         assert!(creates_paths("filesystem__write_file"));
         assert!(creates_paths("filesystem__create_directory"));
         assert!(!creates_paths("filesystem__read_text_file"));
@@ -312,12 +392,13 @@ mod tests {
             ["docs/deep/far.md", "docs/plan.md", "notes.txt"]
         );
         let other = ToolDefinition {
-            name: "files__read_file".into(),
+            name: "files__get_file_info".into(),
             ..read_file()
         };
         let known = files_for(&[read_file()], &root);
         let files = known.files.clone();
         assert_eq!(known.directories, [".", "docs", "docs/deep"]);
+        assert_eq!(known.repositories, ["."]);
         let unrelated = ToolDefinition {
             name: "calc__add".into(),
             description: "Add".into(),
@@ -351,6 +432,34 @@ mod tests {
                 "/etc/hosts"
             ])
         );
+        // A tool that reads names a file; one that lists, a directory; a repository
+        // parameter, a directory holding `.git`.
+        let reader = ToolDefinition {
+            name: "files__read_text_file".into(),
+            ..read_file()
+        };
+        let lister = ToolDefinition {
+            name: "files__list_directory".into(),
+            ..read_file()
+        };
+        let git = ToolDefinition {
+            name: "git__git_status".into(),
+            description: "Shows the working tree status".into(),
+            parameters: json!({"type": "object", "properties": {"repo_path": {"type": "string"}}}),
+        };
+        let tools = existing_paths_only(&[reader, lister, git], &known, "look");
+        assert_eq!(
+            tools[0].parameters["properties"]["path"]["enum"],
+            json!(["docs/deep/far.md", "docs/plan.md", "notes.txt"])
+        );
+        assert_eq!(
+            tools[1].parameters["properties"]["path"]["enum"],
+            json!([".", "docs", "docs/deep"])
+        );
+        assert_eq!(
+            tools[2].parameters["properties"]["repo_path"]["enum"],
+            json!(["."])
+        );
         // A tool that writes may name a file that does not exist yet: left free.
         let writer = ToolDefinition {
             name: "files__write_file".into(),
@@ -369,7 +478,7 @@ mod tests {
         );
         assert_eq!(files_named_in("show me the plan", &files), ["docs/plan.md"]);
         assert!(files_named_in("hello there", &files).is_empty());
-        let narrowed = read_named_files(&[other.clone(), read_file()], "read my notes", &files)
+        let narrowed = read_named_files(&[unrelated.clone(), read_file()], "read my notes", &files)
             .expect("notes.txt is named");
         assert_eq!(narrowed.len(), 1);
         assert_eq!(
@@ -377,6 +486,12 @@ mod tests {
             json!(["notes.txt"])
         );
         assert!(read_named_files(std::slice::from_ref(&other), "read my notes", &files).is_none());
+        // Another server's file tool was offered beside it: the model chooses.
+        let info = ToolDefinition {
+            name: "fs__get_file_info".into(),
+            ..read_file()
+        };
+        assert!(read_named_files(&[info, read_file()], "how big are my notes", &files).is_none());
 
         // Too many files to list: the path stays free.
         for i in 0..=MAX_FILES {
