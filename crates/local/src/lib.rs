@@ -15,6 +15,7 @@
 
 mod answer_guards;
 mod call_policy;
+pub mod described;
 pub mod grammar;
 pub mod numbers;
 pub mod paths;
@@ -381,6 +382,7 @@ impl LocalProvider {
                     let text = last_user.unwrap_or_default();
                     let narrowed = paths::existing_paths_only(tools, &known, text);
                     let narrowed = numbers::written_numbers_only(&narrowed, text);
+                    let narrowed = described::described_values_only(&narrowed, text);
                     tool_call_grammar(&zones::named_zones_only(&narrowed, &zones))
                 }
             }

@@ -238,19 +238,27 @@ pub fn files_named_in(text: &str, files: &[String]) -> Vec<String> {
 
 /// When `text` names some of `files` and the built-in `read_file` is offered: that tool
 /// alone, its path limited to those files. A message that names a file is about that file;
-/// but when another server's tool that takes a path was offered too (the search ranked it
-/// for this message: `get_file_info` for "how big is notes.txt?"), the model chooses.
+/// but when another server's tool that takes a file was offered too (the search ranked it
+/// for this message: `get_file_info` for "how big is notes.txt?"), the model chooses. Tools
+/// that take a directory or a repository do not count: they do not act on the file.
 pub fn read_named_files(
     tools: &[ToolDefinition],
     text: &str,
     files: &[String],
 ) -> Option<Vec<ToolDefinition>> {
     let builtin = READ_FILE.split("__").next().unwrap_or_default();
-    let others_take_paths = tools
+    let others_take_files = tools
         .iter()
         .filter(|t| t.name.split("__").next() != Some(builtin))
-        .any(|t| takes_paths(std::slice::from_ref(t)));
-    if others_take_paths {
+        .any(|t| {
+            t.parameters["properties"].as_object().is_some_and(|p| {
+                p.iter().any(|(name, schema)| {
+                    is_free_string(schema)
+                        && matches!(kind_in(&t.name, name), Some(PathKind::File | PathKind::Any))
+                })
+            })
+        });
+    if others_take_files {
         return None;
     }
     let mut read = tools.iter().find(|t| t.name == READ_FILE)?.clone();
@@ -492,6 +500,12 @@ mod tests {
             ..read_file()
         };
         assert!(read_named_files(&[info, read_file()], "how big are my notes", &files).is_none());
+        let show = ToolDefinition {
+            name: "git__git_show".into(),
+            description: "Shows a commit".into(),
+            parameters: json!({"type": "object", "properties": {"repo_path": {"type": "string"}}}),
+        };
+        assert!(read_named_files(&[show, read_file()], "show me my notes", &files).is_some());
 
         // Too many files to list: the path stays free.
         for i in 0..=MAX_FILES {
