@@ -11,6 +11,49 @@ pub(crate) const NO_TOOL_FITS: &str = "None of your tools fits this message. If 
     something up or to do something (the weather, news, prices, a booking), say that you have \
     no tool for that. Otherwise answer in a sentence or two.";
 
+/// Words of the things a model without a fitting tool invents: what is looked up live.
+const LOOKED_UP: &[&str] = &[
+    "weather",
+    "forecast",
+    "temperature",
+    "rain",
+    "snow",
+    "news",
+    "headlines",
+    "price",
+    "prices",
+    "stock",
+    "stocks",
+    "traffic",
+    "flight",
+    "flights",
+    "booking",
+    "reservation",
+];
+
+/// Answered, without running the model, to a message that asks for something looked up live
+/// when no offered tool fits: told to say so, the 135M model still forecast Paris at 21°C.
+pub(crate) const NO_TOOL_ANSWER: &str = "I have no tool that can look that up, so I can't \
+    tell you reliably. Configure an MCP server that provides it and ask again.";
+
+/// Whether `text` asks for something looked up live (`LOOKED_UP`) that no tool of `tools`
+/// names: a weather server's tools say "weather"; a file search that says "like" is no
+/// forecast.
+pub(crate) fn asks_to_look_up_unserved(text: &str, tools: &[ToolDefinition]) -> bool {
+    let asked: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .filter(|w| LOOKED_UP.contains(&w.as_str()))
+        .collect();
+    !asked.is_empty()
+        && !tools.iter().any(|tool| {
+            let known = format!("{} {}", tool.name, tool.description).to_lowercase();
+            known
+                .split(|c: char| !c.is_alphanumeric())
+                .any(|w| asked.iter().any(|a| a == w))
+        })
+}
+
 /// `messages` with `note` at the end of the system message (one is added when there is none).
 pub(crate) fn with_system_note(messages: &[Message], note: &str) -> Vec<Message> {
     let mut noted = messages.to_vec();
@@ -52,7 +95,7 @@ pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
         "how", "who", "why", "when", "where", "does", "have", "has", "use", "tool", "tools",
         "from", "into", "its", "one", "two", "give", "tell", "get", "all", "any", "not", "but",
         "was", "will", "would", "could", "should", "about", "there", "here", "them", "they",
-        "then",
+        "then", "like", "just", "some", "also", "very", "much", "want", "need",
     ];
     let words = |text: &str| -> Vec<String> {
         let mut out = Vec::new();
@@ -136,6 +179,42 @@ pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn live_lookups_are_told_apart_from_talk() {
+        let search = ToolDefinition {
+            name: "fs__search_files".into(),
+            description: "Search files with patterns like '*.md'.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        for asked in [
+            "What's the weather like in Berlin?",
+            "Will it rain on Saturday?",
+            "stock price of ACME",
+            "Latest news please",
+        ] {
+            assert!(
+                asks_to_look_up_unserved(asked, std::slice::from_ref(&search)),
+                "{asked}"
+            );
+            assert!(
+                !mentions_a_tool(asked, std::slice::from_ref(&search)),
+                "{asked}"
+            );
+        }
+        for talk in ["Good morning!", "Tell me a joke.", "Why is the sky blue?"] {
+            assert!(!asks_to_look_up_unserved(talk, &[]), "{talk}");
+        }
+        let forecast = ToolDefinition {
+            name: "weather__forecast".into(),
+            description: "The weather forecast for a city.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        assert!(!asks_to_look_up_unserved(
+            "What's the weather like in Berlin?",
+            &[search, forecast]
+        ));
+    }
 
     #[test]
     fn a_call_is_forced_only_for_a_message_about_some_tool() {

@@ -41,7 +41,10 @@ use tether_protocol::chat::{Message, ToolDefinition, Usage};
 use crate::answer_guards::{
     EchoGuard, answer_ends, find_call, last_result, last_result_sentence, settle_answer,
 };
-use crate::call_policy::{NO_TOOL_FITS, mentions_a_tool, this_turn_text, with_system_note};
+use crate::call_policy::{
+    NO_TOOL_ANSWER, NO_TOOL_FITS, asks_to_look_up_unserved, mentions_a_tool, this_turn_text,
+    with_system_note,
+};
 use crate::grammar::tool_call_grammar;
 use crate::template::ChatTemplate;
 
@@ -297,6 +300,8 @@ struct Prepared {
     max_tokens: u32,
     /// What to answer instead when an answer turns out to be another call.
     fallback: Option<String>,
+    /// The whole answer, given without running the model.
+    fixed: Option<&'static str>,
     /// The question and the results it got: the numbers an answer may give.
     known: String,
     /// The last tool result, which a short answer must report.
@@ -330,8 +335,13 @@ impl LocalProvider {
         let names_a_file = last_user.is_some_and(|text| {
             named_files.is_some() || !paths::files_named_in(text, &known.files).is_empty()
         });
-        let last_is_user =
-            names_a_file || last_user.is_some_and(|text| mentions_a_tool(text, &request.tools));
+        // Asked for something looked up live that no offered tool names (the weather with a
+        // file search offered because its description says "like"): no call, and no answer
+        // made up either.
+        let unserved = last_user.is_some_and(|t| asks_to_look_up_unserved(t, &request.tools));
+        let last_is_user = !unserved
+            && (names_a_file
+                || last_user.is_some_and(|text| mentions_a_tool(text, &request.tools)));
         let small = self.engine.model.n_params() < 1_000_000_000;
         let has_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
         let mode = if !has_tools {
@@ -393,6 +403,8 @@ impl LocalProvider {
             }
             CallMode::RequiredCall | CallMode::UnconstrainedCall => MAX_CALL_TOKENS,
         };
+        // Asked for something looked up live with no tool for it, a small model invents it.
+        let fixed = (no_tool_fits && unserved).then_some(NO_TOOL_ANSWER);
         let fallback = (mode == CallMode::Answer)
             .then(|| last_result_sentence(&request.messages))
             .flatten();
@@ -403,6 +415,7 @@ impl LocalProvider {
             mode,
             max_tokens,
             fallback,
+            fixed,
             known,
             result: last_result(&request.messages).to_string(),
         })
@@ -417,6 +430,11 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
     let grammar = prepared.grammar.as_deref();
     let fallback = prepared.fallback.as_deref();
     let (mode, max_tokens) = (prepared.mode, prepared.max_tokens);
+    if let Some(answer) = prepared.fixed {
+        let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(answer.to_string())));
+        let _ = tx.unbounded_send(Ok(StreamEvent::Stop(StopReason::EndTurn)));
+        return Ok(());
+    }
     let backend = backend()?;
     let model = &engine.model;
     let vocab = model.vocab();

@@ -238,9 +238,9 @@ pub fn files_named_in(text: &str, files: &[String]) -> Vec<String> {
 
 /// When `text` names some of `files` and the built-in `read_file` is offered: that tool
 /// alone, its path limited to those files. A message that names a file is about that file;
-/// but when another server's tool that takes a file was offered too (the search ranked it
-/// for this message: `get_file_info` for "how big is notes.txt?"), the model chooses. Tools
-/// that take a directory or a repository do not count: they do not act on the file.
+/// but when another server's tool that takes a file or a directory was offered too (the
+/// search ranked it for this message: `list_directory_with_sizes` for "how big is
+/// notes.txt?"), the model chooses. Tools that take a repository (`git_show`) do not count.
 pub fn read_named_files(
     tools: &[ToolDefinition],
     text: &str,
@@ -254,7 +254,7 @@ pub fn read_named_files(
             t.parameters["properties"].as_object().is_some_and(|p| {
                 p.iter().any(|(name, schema)| {
                     is_free_string(schema)
-                        && matches!(kind_in(&t.name, name), Some(PathKind::File | PathKind::Any))
+                        && !matches!(kind_in(&t.name, name), None | Some(PathKind::Repository))
                 })
             })
         });
@@ -506,6 +506,11 @@ mod tests {
             parameters: json!({"type": "object", "properties": {"repo_path": {"type": "string"}}}),
         };
         assert!(read_named_files(&[show, read_file()], "show me my notes", &files).is_some());
+        let sizes = ToolDefinition {
+            name: "fs__list_directory_with_sizes".into(),
+            ..read_file()
+        };
+        assert!(read_named_files(&[sizes, read_file()], "how big are my notes", &files).is_none());
 
         // Too many files to list: the path stays free.
         for i in 0..=MAX_FILES {

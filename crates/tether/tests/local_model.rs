@@ -35,6 +35,20 @@ fn run_json(dir: &std::path::Path, question: &str, extra: &[&str]) -> (i32, Vec<
     )
 }
 
+/// The first tool call a run started.
+fn first_call(events: &[Value]) -> &Value {
+    events
+        .iter()
+        .find(|e| e["type"] == "tool_call_started")
+        .unwrap_or_else(|| panic!("no call: {events:#?}"))
+}
+
+/// Asserts that the turn's answer holds `text`.
+fn assert_answer_holds(events: &[Value], text: &str) {
+    let last = events.iter().find(|e| e["type"] == "turn_ended").unwrap();
+    assert!(last["text"].as_str().unwrap().contains(text), "{last}");
+}
+
 fn empty_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("tether-local-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -331,13 +345,9 @@ fn embedded_model_multiplies_when_asked_for_times() {
     let dir = empty_dir("times");
     let (code, events, stderr) = run_json(&dir, "How much is 9 times 8?", &[]);
     assert_eq!(code, 0, "{stderr}");
-    let started = events
-        .iter()
-        .find(|e| e["type"] == "tool_call_started")
-        .unwrap_or_else(|| panic!("no call: {events:#?}"));
+    let started = first_call(&events);
     assert_eq!(started["name"], "builtin__multiply", "{events:#?}");
-    let last = events.iter().find(|e| e["type"] == "turn_ended").unwrap();
-    assert!(last["text"].as_str().unwrap().contains("72"), "{last}");
+    assert_answer_holds(&events, "72");
 }
 
 /// A place the question names fixes the time zone: the grammar allows only its zone, where
@@ -361,13 +371,90 @@ fn embedded_model_asks_the_time_in_the_zone_the_question_names() {
         &["--config", config.to_str().unwrap()],
     );
     assert_eq!(code, 0, "{stderr}");
-    let started = events
-        .iter()
-        .find(|e| e["type"] == "tool_call_started")
-        .unwrap_or_else(|| panic!("no call: {events:#?}"));
+    let started = first_call(&events);
     assert_eq!(started["name"], "time__get_current_time", "{events:#?}");
     assert_eq!(
         started["arguments"]["timezone"], "Asia/Tokyo",
         "{events:#?}"
     );
+}
+
+/// The numbers a question writes are the numbers the call gets: free, the model copied 1234
+/// as 123 (into server-everything's `get-sum`).
+#[test]
+fn embedded_model_copies_the_numbers_the_question_writes() {
+    let dir = empty_dir("numbers");
+    let (code, events, stderr) = run_json(&dir, "Add 1234 and 4321.", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let started = first_call(&events);
+    assert_eq!(started["name"], "builtin__add", "{events:#?}");
+    let mut given = [
+        started["arguments"]["a"].as_f64(),
+        started["arguments"]["b"].as_f64(),
+    ];
+    given.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    assert_eq!(given, [Some(1234.0), Some(4321.0)], "{events:#?}");
+    assert_answer_holds(&events, "5555");
+}
+
+/// A repository parameter takes the directory that holds `.git`, and a free string whose
+/// description quotes its options takes one of them: the model gave `docs` as the repository
+/// and `"git_branch_type_string"` as the branch type.
+#[test]
+fn embedded_model_lists_the_branches_of_the_repository_it_is_in() {
+    let dir = empty_dir("branches");
+    std::fs::create_dir_all(dir.join("docs")).unwrap();
+    std::fs::write(dir.join("docs/plan.md"), "Ship it.").unwrap();
+    for args in [
+        &["init", "-q", "-b", "trunk", "."][..],
+        &["add", "docs/plan.md"],
+        &[
+            "-c",
+            "user.email=t@example.com",
+            "-c",
+            "user.name=t",
+            "commit",
+            "-qm",
+            "plan",
+        ],
+    ] {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(&dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    }
+    let config = dir.join("git.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"git": {"command": test_support::venv_bin("mcp-server-git")}}})
+            .to_string(),
+    )
+    .unwrap();
+    let (code, events, stderr) = run_json(
+        &dir,
+        "List the branches of this repository.",
+        &["--config", config.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let started = first_call(&events);
+    assert_eq!(started["name"], "git__git_branch", "{events:#?}");
+    assert_eq!(started["arguments"]["repo_path"], ".", "{events:#?}");
+    assert_answer_holds(&events, "trunk");
+}
+
+/// Asked for the weather with no weather tool, the model says it has no tool for that: told
+/// so in its prompt it still forecast 21°C, and a file search whose description says "like"
+/// made it search files.
+#[test]
+fn embedded_model_says_it_has_no_tool_for_the_weather() {
+    let dir = empty_dir("weather");
+    let (code, events, stderr) = run_json(&dir, "What's the weather like in Oslo tomorrow?", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !events.iter().any(|e| e["type"] == "tool_call_started"),
+        "{events:#?}"
+    );
+    assert_answer_holds(&events, "no tool");
 }
