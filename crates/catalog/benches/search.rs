@@ -13,6 +13,10 @@
 //! Then 30 more such questions (`benches/fixtures/user_phrasing_heldout.json`), written after
 //! the lexical ranking last changed, before semantic ranking, and never tuned on.
 //!
+//! Then MetaTool's ToolE (`benches/fixtures/toole.json`, MIT; scripts/make-toole-fixture.py):
+//! 199 tools of the OpenAI plugin store and six user queries per tool, three for development
+//! and three held out (`TETHER_BENCH_ONLY=toole` runs this part alone).
+//!
 //! Every ranking is shown three ways: plain BM25, the lexical ranking alone, and with semantic
 //! ranking (the default), which needs the encoder `tether model pull` fetches.
 //!
@@ -272,8 +276,101 @@ fn median_spread(mut samples: Vec<Duration>) -> (f64, f64, f64) {
     )
 }
 
+/// MetaTool's ToolE (`benches/fixtures/toole.json`, MIT): 199 tools of the OpenAI plugin
+/// store, as one server, and six user queries per tool, half for development and half held
+/// out; recall@1, recall@5 and MRR per ranking, and the held-out gain over plain BM25.
+fn toole(semantic: Option<&SemanticRanker>) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/fixtures/toole.json");
+    let data: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let tools: Vec<Tool> = data["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            serde_json::from_value(
+                serde_json::json!({"name": t["name"], "description": t["description"],
+                "inputSchema": {"type": "object"}}),
+            )
+            .unwrap()
+        })
+        .collect();
+    let servers = vec![ServerTools {
+        server: "toole".into(),
+        tools,
+        always_load: false,
+    }];
+    println!(
+        "\nMetaTool's ToolE (MIT): {} tools of the OpenAI plugin store, user queries each with one right tool",
+        servers[0].tools.len()
+    );
+    println!(
+        "{:<24} {:>4} | {:>9} {:>6} {:>6} | {:>9} {:>6} {:>6} | {:>9} {:>6} {:>6}",
+        "part", "n", "plain r@1", "r@5", "MRR", "lex r@1", "r@5", "MRR", "+sem r@1", "r@5", "MRR"
+    );
+    for part in ["development", "held_out"] {
+        let questions: Vec<(String, String)> = data[part]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| {
+                (
+                    q["question"].as_str().unwrap().to_string(),
+                    format!("toole__{}", q["tool"].as_str().unwrap()),
+                )
+            })
+            .collect();
+        let score = |snapshot: &Snapshot| {
+            let (mut at1, mut at5, mut reciprocal) = (0usize, 0usize, 0.0f64);
+            for (question, expected) in &questions {
+                let hits = snapshot.search(question, 10);
+                let rank = hits
+                    .iter()
+                    .position(|h| &snapshot.tools()[h.index].qualified_name == expected);
+                at1 += usize::from(rank == Some(0));
+                at5 += usize::from(rank.is_some_and(|r| r < 5));
+                reciprocal += rank.map_or(0.0, |r| 1.0 / (r + 1) as f64);
+            }
+            let n = questions.len() as f64;
+            (at1 as f64 / n, at5 as f64 / n, reciprocal / n)
+        };
+        let plain = score(&Snapshot::with_ranking(servers.clone(), Ranking::plain()));
+        let lexical = score(&Snapshot::with_ranking(
+            servers.clone(),
+            Ranking::from_env(),
+        ));
+        let meaning = semantic.map(|r| {
+            score(
+                &Snapshot::with_ranking(servers.clone(), Ranking::from_env())
+                    .with_semantic(Some(r.clone())),
+            )
+        });
+        let cell = |(a, b, c): (f64, f64, f64)| format!("{a:>9.3} {b:>6.3} {c:>6.3}");
+        println!(
+            "{:<24} {:>4} | {} | {} | {}",
+            part.replace('_', " "),
+            questions.len(),
+            cell(plain),
+            cell(lexical),
+            meaning.map_or_else(|| format!("{:>9} {:>6} {:>6}", "-", "-", "-"), cell)
+        );
+        if part == "held_out"
+            && let Some(m) = meaning
+        {
+            println!(
+                "  held out, recall@5 over plain BM25: {:+.1} points (lexical alone {:+.1})",
+                (m.1 - plain.1) * 100.0,
+                (lexical.1 - plain.1) * 100.0
+            );
+        }
+    }
+}
+
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("toole") {
+        toole(semantic_ranker().as_ref());
         return;
     }
     let quick = std::env::var_os("TETHER_BENCH_QUICK").is_some();
@@ -416,6 +513,8 @@ fn main() {
             }
         }
     }
+
+    toole(semantic.as_ref());
 
     println!(
         "\ntokens of tool definitions per request ({} tools):",
