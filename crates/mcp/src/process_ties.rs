@@ -22,23 +22,37 @@ pub(crate) const HOST_PID_VAR: &str = "TETHER_HOST_PID";
 /// command that started none reads nothing of `/proc`).
 static STARTED_A_SERVER: AtomicBool = AtomicBool::new(false);
 
-/// `setpriv` if it can set a parent-death signal (util-linux 2.33 and later).
+/// `setpriv` if it can set a parent-death signal (util-linux 2.33 and later). The answer is
+/// kept once `setpriv --help` ran or no `setpriv` exists; a failure to start it (a busy
+/// machine out of processes for a moment) is asked again at the next server's start rather
+/// than leaving every server of this run untied.
 fn setpriv() -> Option<&'static Path> {
     static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
-    FOUND
-        .get_or_init(|| {
-            ["/usr/bin/setpriv", "/bin/setpriv"]
-                .iter()
-                .map(PathBuf::from)
-                .find(|path| {
-                    std::process::Command::new(path)
-                        .arg("--help")
-                        .stdin(std::process::Stdio::null())
-                        .output()
-                        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("--pdeathsig"))
-                })
-        })
-        .as_deref()
+    if let Some(found) = FOUND.get() {
+        return found.as_deref();
+    }
+    let mut undecided = false;
+    let found = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .iter()
+        .map(PathBuf::from)
+        .filter(|path| path.is_file())
+        .find(|path| {
+            match std::process::Command::new(path)
+                .arg("--help")
+                .stdin(std::process::Stdio::null())
+                .output()
+            {
+                Ok(output) => String::from_utf8_lossy(&output.stdout).contains("--pdeathsig"),
+                Err(_) => {
+                    undecided = true;
+                    false
+                }
+            }
+        });
+    match (found, undecided) {
+        (None, true) => None,
+        (found, _) => FOUND.get_or_init(|| found).as_deref(),
+    }
 }
 
 /// Whether `command` names a program that exists: a path (against `cwd` when relative), or a
