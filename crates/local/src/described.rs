@@ -7,6 +7,34 @@
 use serde_json::{Value, json};
 use tether_protocol::chat::ToolDefinition;
 
+/// Parameters that hold free text by nature: quoted words in their descriptions are syntax
+/// ("use 'AND' or 'OR'"), not the only values.
+const FREE_TEXT: &[&str] = &[
+    "query",
+    "text",
+    "content",
+    "message",
+    "prompt",
+    "pattern",
+    "search",
+    "sql",
+    "code",
+    "body",
+    "input",
+    "command",
+    "expression",
+    "title",
+    "description",
+    "name",
+    "comment",
+];
+
+/// Whether the parameter `name` holds free text (see [`FREE_TEXT`]).
+fn holds_free_text(name: &str) -> bool {
+    let lower = name.to_lowercase();
+    name.len() <= 1 || FREE_TEXT.iter().any(|w| lower.contains(w))
+}
+
 /// Words that make quoted values examples rather than the options.
 const EXAMPLE_MARKERS: &[&str] = &["e.g", "example", "such as", "like '", "like \""];
 
@@ -119,7 +147,7 @@ pub fn described_values_only(tools: &[ToolDefinition], text: &str) -> Vec<ToolDe
             else {
                 return tool;
             };
-            for schema in properties.values_mut() {
+            for (name, schema) in properties.iter_mut() {
                 let free = schema.get("type").and_then(Value::as_str) == Some("string")
                     && schema.get("enum").is_none()
                     && schema.get("const").is_none();
@@ -132,6 +160,8 @@ pub fn described_values_only(tools: &[ToolDefinition], text: &str) -> Vec<ToolDe
                 };
                 let allowed = if description.contains("HH:MM") {
                     times.clone()
+                } else if holds_free_text(name) {
+                    continue;
                 } else {
                     quoted_options(description)
                 };
@@ -181,13 +211,15 @@ mod tests {
             parameters: json!({"type": "object", "properties": {
                 "time": {"type": "string", "description": "Time to convert in 24-hour format (HH:MM)"},
                 "kind": {"type": "string", "description": "Either 'fast' or 'slow'."},
-                "note": {"type": "string", "description": "Anything."}}}),
+                "note": {"type": "string", "description": "Anything."},
+                "query": {"type": "string", "description": "Join terms with 'AND' or 'OR'."}}}),
         }];
         let narrowed = described_values_only(&tools, "convert 9am please");
         let properties = &narrowed[0].parameters["properties"];
         assert_eq!(properties["time"]["enum"], json!(["09:00"]));
         assert_eq!(properties["kind"]["enum"], json!(["fast", "slow"]));
         assert!(properties["note"].get("enum").is_none());
+        assert!(properties["query"].get("enum").is_none());
         let untimed = described_values_only(&tools, "convert the time");
         assert!(
             untimed[0].parameters["properties"]["time"]
