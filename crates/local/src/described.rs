@@ -7,6 +7,8 @@
 use serde_json::{Value, json};
 use tether_protocol::chat::ToolDefinition;
 
+use crate::narrowing::{edit_properties, is_free};
+
 /// Parameters that hold free text by nature: quoted words in their descriptions are syntax
 /// ("use 'AND' or 'OR'"), not the only values.
 const FREE_TEXT: &[&str] = &[
@@ -136,42 +138,27 @@ pub fn times_written_in(text: &str) -> Vec<String> {
 /// each that asks for `HH:MM` to the times of day `text` gives (when it gives any).
 pub fn described_values_only(tools: &[ToolDefinition], text: &str) -> Vec<ToolDefinition> {
     let times = times_written_in(text);
-    tools
-        .iter()
-        .map(|tool| {
-            let mut tool = tool.clone();
-            let Some(properties) = tool
-                .parameters
-                .get_mut("properties")
-                .and_then(Value::as_object_mut)
+    edit_properties(tools, |_, _, properties| {
+        for (name, schema) in properties.iter_mut() {
+            let Some(description) = schema
+                .get("description")
+                .and_then(Value::as_str)
+                .filter(|_| is_free(schema, &["string"]))
             else {
-                return tool;
+                continue;
             };
-            for (name, schema) in properties.iter_mut() {
-                let free = schema.get("type").and_then(Value::as_str) == Some("string")
-                    && schema.get("enum").is_none()
-                    && schema.get("const").is_none();
-                let Some(description) = schema
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .filter(|_| free)
-                else {
-                    continue;
-                };
-                let allowed = if description.contains("HH:MM") {
-                    times.clone()
-                } else if holds_free_text(name) {
-                    continue;
-                } else {
-                    quoted_options(description)
-                };
-                if !allowed.is_empty() {
-                    schema["enum"] = json!(allowed);
-                }
+            let allowed = if description.contains("HH:MM") {
+                times.clone()
+            } else if holds_free_text(name) {
+                continue;
+            } else {
+                quoted_options(description)
+            };
+            if !allowed.is_empty() {
+                schema["enum"] = json!(allowed);
             }
-            tool
-        })
-        .collect()
+        }
+    })
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ mod answer_guards;
 mod call_policy;
 pub mod described;
 pub mod grammar;
+mod narrowing;
 pub mod numbers;
 pub mod paths;
 pub mod template;

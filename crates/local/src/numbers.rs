@@ -5,6 +5,8 @@
 use serde_json::{Value, json};
 use tether_protocol::chat::ToolDefinition;
 
+use crate::narrowing::{edit_properties, is_free};
+
 /// The numbers `text` writes out, in order: `12`, `-3`, `2.5`, `1,234` (as 1234); a digit
 /// run inside a word (`mp3`, `v2`) is not one.
 pub fn numbers_written_in(text: &str) -> Vec<f64> {
@@ -55,63 +57,36 @@ pub fn written_numbers_only(tools: &[ToolDefinition], text: &str) -> Vec<ToolDef
     if numbers.is_empty() {
         return tools.to_vec();
     }
-    tools
-        .iter()
-        .map(|tool| {
-            let mut tool = tool.clone();
-            let required: Vec<String> = tool.parameters["required"]
-                .as_array()
-                .map(|r| {
-                    r.iter()
-                        .filter_map(Value::as_str)
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default();
-            let Some(properties) = tool
-                .parameters
-                .get_mut("properties")
-                .and_then(Value::as_object_mut)
-            else {
-                return tool;
-            };
-            let free = |schema: &Value| {
-                matches!(
-                    schema.get("type").and_then(Value::as_str),
-                    Some("number" | "integer")
-                ) && schema.get("enum").is_none()
-                    && schema.get("const").is_none()
-            };
-            let needed = properties
-                .iter()
-                .filter(|(name, schema)| required.contains(name) && free(schema))
-                .count();
-            if needed == 0 || needed > numbers.len() {
-                return tool;
-            }
-            for schema in properties.values_mut().filter(|s| free(s)) {
-                let integer = schema.get("type").and_then(Value::as_str) == Some("integer");
-                let mut allowed: Vec<Value> = Vec::new();
-                for &n in &numbers {
-                    let value = if n.fract() == 0.0 && n.abs() < 1e15 {
-                        // Written whole, given whole: `60`, not `60.0`.
-                        json!(n as i64)
-                    } else if integer {
-                        continue;
-                    } else {
-                        json!(n)
-                    };
-                    if !allowed.contains(&value) {
-                        allowed.push(value);
-                    }
-                }
-                if !allowed.is_empty() {
-                    schema["enum"] = Value::Array(allowed);
+    edit_properties(tools, |_, required, properties| {
+        let free = |schema: &Value| is_free(schema, &["number", "integer"]);
+        let needed = properties
+            .iter()
+            .filter(|(name, schema)| required.contains(name) && free(schema))
+            .count();
+        if needed == 0 || needed > numbers.len() {
+            return;
+        }
+        for schema in properties.values_mut().filter(|s| free(s)) {
+            let integer = schema.get("type").and_then(Value::as_str) == Some("integer");
+            let mut allowed: Vec<Value> = Vec::new();
+            for &n in &numbers {
+                let value = if n.fract() == 0.0 && n.abs() < 1e15 {
+                    // Written whole, given whole: `60`, not `60.0`.
+                    json!(n as i64)
+                } else if integer {
+                    continue;
+                } else {
+                    json!(n)
+                };
+                if !allowed.contains(&value) {
+                    allowed.push(value);
                 }
             }
-            tool
-        })
-        .collect()
+            if !allowed.is_empty() {
+                schema["enum"] = Value::Array(allowed);
+            }
+        }
+    })
 }
 
 #[cfg(test)]

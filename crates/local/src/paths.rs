@@ -12,6 +12,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 use tether_protocol::chat::ToolDefinition;
 
+use crate::narrowing::{edit_properties, is_free};
+
 /// The qualified name of the built-in server's file reader (server "builtin").
 const READ_FILE: &str = "builtin__read_file";
 /// More files than this and the list would crowd the grammar; the path stays free text.
@@ -103,7 +105,7 @@ fn takes_paths(tools: &[ToolDefinition]) -> bool {
 }
 
 fn is_free_string(schema: &Value) -> bool {
-    schema.get("type").and_then(Value::as_str) == Some("string") && schema.get("enum").is_none()
+    is_free(schema, &["string"])
 }
 
 /// What exists under the working directory, for the tools that take paths.
@@ -136,62 +138,49 @@ pub fn existing_paths_only(
     text: &str,
 ) -> Vec<ToolDefinition> {
     let written = paths_written_in(text);
-    tools
-        .iter()
-        .map(|tool| {
-            let mut tool = tool.clone();
-            let builtin = tool.name == READ_FILE;
-            if !builtin && creates_paths(&tool.name) {
-                return tool;
+    edit_properties(tools, |tool, _, properties| {
+        let builtin = tool == READ_FILE;
+        if !builtin && creates_paths(tool) {
+            return;
+        }
+        for (name, schema) in properties.iter_mut() {
+            if !is_free_string(schema) {
+                continue;
             }
-            let Some(properties) = tool
-                .parameters
-                .get_mut("properties")
-                .and_then(Value::as_object_mut)
-            else {
-                return tool;
+            let allowed: Vec<String> = match (builtin, name.as_str(), kind_in(tool, name)) {
+                (true, "path", _) => known.files.clone(),
+                (true, _, _) | (false, _, None) => continue,
+                (false, _, Some(PathKind::Repository)) if !known.repositories.is_empty() => {
+                    known.repositories.clone()
+                }
+                (false, _, Some(PathKind::Directory | PathKind::Repository)) => {
+                    let mut dirs = known.directories.clone();
+                    dirs.extend(written.iter().filter(|w| !w.contains('.')).cloned());
+                    dirs
+                }
+                (false, _, Some(PathKind::File)) => {
+                    let mut files = known.files.clone();
+                    files.extend(written.iter().cloned());
+                    files
+                }
+                (false, _, Some(PathKind::Any)) => {
+                    let mut any = known.files.clone();
+                    any.extend(known.directories.iter().cloned());
+                    any.extend(written.iter().cloned());
+                    any
+                }
             };
-            for (name, schema) in properties.iter_mut() {
-                if !is_free_string(schema) {
-                    continue;
-                }
-                let allowed: Vec<String> = match (builtin, name.as_str(), kind_in(&tool.name, name))
-                {
-                    (true, "path", _) => known.files.clone(),
-                    (true, _, _) | (false, _, None) => continue,
-                    (false, _, Some(PathKind::Repository)) if !known.repositories.is_empty() => {
-                        known.repositories.clone()
-                    }
-                    (false, _, Some(PathKind::Directory | PathKind::Repository)) => {
-                        let mut dirs = known.directories.clone();
-                        dirs.extend(written.iter().filter(|w| !w.contains('.')).cloned());
-                        dirs
-                    }
-                    (false, _, Some(PathKind::File)) => {
-                        let mut files = known.files.clone();
-                        files.extend(written.iter().cloned());
-                        files
-                    }
-                    (false, _, Some(PathKind::Any)) => {
-                        let mut any = known.files.clone();
-                        any.extend(known.directories.iter().cloned());
-                        any.extend(written.iter().cloned());
-                        any
-                    }
-                };
-                let mut unique: Vec<String> = Vec::new();
-                for path in allowed {
-                    if !unique.contains(&path) {
-                        unique.push(path);
-                    }
-                }
-                if !unique.is_empty() && unique.len() <= MAX_FILES {
-                    schema["enum"] = json!(unique);
+            let mut unique: Vec<String> = Vec::new();
+            for path in allowed {
+                if !unique.contains(&path) {
+                    unique.push(path);
                 }
             }
-            tool
-        })
-        .collect()
+            if !unique.is_empty() && unique.len() <= MAX_FILES {
+                schema["enum"] = json!(unique);
+            }
+        }
+    })
 }
 
 /// Paths `text` writes out: words with a `/`, or a name with an extension (`notes.txt`),

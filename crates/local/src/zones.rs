@@ -8,8 +8,10 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tether_protocol::chat::ToolDefinition;
+
+use crate::narrowing::{edit_properties, is_free};
 
 /// Where the tz database's tables live on Linux and macOS.
 const ZONEINFO: &str = "/usr/share/zoneinfo";
@@ -120,27 +122,13 @@ pub fn named_zones_only(tools: &[ToolDefinition], zones: &[String]) -> Vec<ToolD
     if zones.is_empty() {
         return tools.to_vec();
     }
-    tools
-        .iter()
-        .map(|tool| {
-            let mut tool = tool.clone();
-            if let Some(properties) = tool
-                .parameters
-                .get_mut("properties")
-                .and_then(Value::as_object_mut)
-            {
-                for (name, schema) in properties.iter_mut() {
-                    if is_zone_parameter(name)
-                        && schema.get("type").and_then(Value::as_str) == Some("string")
-                        && schema.get("enum").is_none()
-                    {
-                        schema["enum"] = json!(zones);
-                    }
-                }
+    edit_properties(tools, |_, _, properties| {
+        for (name, schema) in properties.iter_mut() {
+            if is_zone_parameter(name) && is_free(schema, &["string"]) {
+                schema["enum"] = json!(zones);
             }
-            tool
-        })
-        .collect()
+        }
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,47 @@
+//! The walk the argument-narrowing modules (`paths`, `numbers`, `described`, `zones`) share:
+//! a copy of each offered tool with its properties handed over for editing, and what counts as
+//! a value still left open.
+
+use serde_json::{Map, Value};
+use tether_protocol::chat::ToolDefinition;
+
+/// Whether `schema` leaves its value open: one of `types`, with no `enum` or `const` yet.
+pub(crate) fn is_free(schema: &Value, types: &[&str]) -> bool {
+    schema
+        .get("type")
+        .and_then(Value::as_str)
+        .is_some_and(|t| types.contains(&t))
+        && schema.get("enum").is_none()
+        && schema.get("const").is_none()
+}
+
+/// Copies of `tools`, each after `edit` was given its qualified name, its required parameters
+/// and its properties; a tool without properties is copied unchanged.
+pub(crate) fn edit_properties(
+    tools: &[ToolDefinition],
+    mut edit: impl FnMut(&str, &[String], &mut Map<String, Value>),
+) -> Vec<ToolDefinition> {
+    tools
+        .iter()
+        .map(|tool| {
+            let mut tool = tool.clone();
+            let required: Vec<String> = tool.parameters["required"]
+                .as_array()
+                .map(|r| {
+                    r.iter()
+                        .filter_map(Value::as_str)
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let Some(properties) = tool
+                .parameters
+                .get_mut("properties")
+                .and_then(Value::as_object_mut)
+            {
+                edit(&tool.name, &required, properties);
+            }
+            tool
+        })
+        .collect()
+}
