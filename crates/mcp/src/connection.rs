@@ -47,6 +47,7 @@ use crate::error::{McpError, near_matches};
 use crate::input_rounds::{self, Forwarding, InputRequired, Reply};
 use crate::person_wait::{PauseClock, PausingHost};
 use crate::stdio::StdioProcess;
+use crate::streamable_client::{StandaloneStream, WatchedClient};
 
 /// What a direct call ([`ServerConnection::call_direct`]) came back with.
 #[derive(Debug)]
@@ -309,9 +310,11 @@ impl ServerConnection {
 }
 
 /// One Streamable HTTP handshake over `client` (plain, or signing requests in), its SSE data
-/// read through the task-field rewrite as every reader does.
+/// read through the task-field rewrite as every reader does, its GET stream reported to
+/// `standalone`.
 async fn serve_streamable<C>(
     client: C,
+    standalone: StandaloneStream,
     config: StreamableHttpClientTransportConfig,
     tap: &NotificationTap,
     session: ClientSession,
@@ -320,12 +323,15 @@ async fn serve_streamable<C>(
 where
     C: rmcp::transport::streamable_http_client::StreamableHttpClient + Send + Sync + 'static,
 {
-    let client = crate::legacy_fields::KeepTaskFields(client);
+    let client = WatchedClient::new(client, standalone);
     let transport = StreamableHttpClientTransport::with_client(client, config);
     session
         .serve_with_lifecycle(tapped(transport, tap), lifecycle)
         .await
 }
+
+/// The longest a new Streamable HTTP connection waits for its GET stream to be answered.
+const STANDALONE_STREAM_WAIT: Duration = Duration::from_secs(2);
 
 /// How long an idle connection to a server stays open for the next request.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
@@ -535,17 +541,22 @@ async fn open_session(
             let auth_client = authorization.map(|crate::auth::Authorization(manager)| {
                 AuthClient::new(reqwest::Client::default(), manager)
             });
+            let standalone = StandaloneStream::default();
             let serve = |session: ClientSession, lifecycle: ClientLifecycleMode| {
                 let config = transport_config.clone();
                 let auth_client = auth_client.clone();
                 let tap = tap.clone();
+                let standalone = standalone.clone();
                 async move {
                     match auth_client {
                         Some(client) => {
-                            serve_streamable(client, config, &tap, session, lifecycle).await
+                            serve_streamable(client, standalone, config, &tap, session, lifecycle)
+                                .await
                         }
                         None => {
-                            serve_streamable(http_client(), config, &tap, session, lifecycle).await
+                            let client = http_client();
+                            serve_streamable(client, standalone, config, &tap, session, lifecycle)
+                                .await
                         }
                     }
                 }
@@ -568,7 +579,21 @@ async fn open_session(
                 .await;
             }
             match outcome {
-                Ok(Ok(client)) => (client, None),
+                Ok(Ok(client)) => {
+                    // A server's own requests may come on the GET stream; one sent before it
+                    // is open is lost (streamable_client.rs), so the connection is handed out
+                    // once the stream is answered. A server that holds the GET's headers back
+                    // costs this wait once, never a failure.
+                    let within = STANDALONE_STREAM_WAIT
+                        .min(config.startup_timeout.saturating_sub(started.elapsed()));
+                    if !standalone.settled(within).await {
+                        tracing::debug!(
+                            server = name,
+                            "its GET stream was not answered within {within:?}; going on"
+                        );
+                    }
+                    (client, None)
+                }
                 Ok(Err(error))
                     if error.is_authorization_required() || error.auth_challenge().is_some() =>
                 {

