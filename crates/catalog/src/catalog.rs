@@ -12,6 +12,7 @@ use tether_mcp::{McpError, ServerRegistry, ToolRouter};
 use tether_protocol::chat::ToolDefinition;
 use tether_protocol::{QualifiedTool, Tool};
 
+use crate::intent;
 use crate::pins::{PinBook, PinReport};
 use crate::search::{Hit, Ranking, SearchIndex};
 use crate::semantic::{SemanticRanker, ToolVectors};
@@ -171,9 +172,17 @@ impl Snapshot {
     /// The best `limit` tools for `query` whose score is within `margin` of the best one's,
     /// when the ranking fused words and meaning (its scores are then on one scale, standard
     /// deviations above the catalogue's mean); BM25's scores alone are not, and its best
-    /// `limit` are returned. A query that names a tool exactly gets that tool alone.
+    /// `limit` are returned. A query that names a tool exactly gets that tool alone. Before
+    /// the margin, tools whose servers mark them as going against what the query asks (a
+    /// question, a change) give way to those marked as fitting it (`intent`).
     pub fn search_close(&self, query: &str, limit: usize, margin: f64) -> Vec<Hit> {
-        let (mut hits, fused) = self.ranked(query, limit);
+        // Three times the tools are ranked, so that those fitting the intent can come up
+        // from below the first `limit`.
+        let (mut hits, fused) = self.ranked(query, limit.saturating_mul(3));
+        if !hits.first().is_some_and(|h| h.exact) {
+            hits = intent::fitting(hits, self.tools(), intent::intent_of(query));
+        }
+        hits.truncate(limit);
         match hits.first().map(|h| (h.score, h.exact)) {
             Some((_, true)) => hits.retain(|h| h.exact),
             Some((best, false)) if fused => hits.retain(|h| h.score >= best - margin),

@@ -7,6 +7,7 @@
 //! the same rules.
 
 pub mod catalog;
+mod intent;
 pub mod permission;
 pub mod pins;
 pub mod policy;

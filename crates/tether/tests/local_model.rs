@@ -402,7 +402,23 @@ fn embedded_model_copies_the_numbers_the_question_writes() {
 /// and `"git_branch_type_string"` as the branch type.
 #[test]
 fn embedded_model_lists_the_branches_of_the_repository_it_is_in() {
-    let dir = empty_dir("branches");
+    let (dir, config) = git_repo("branches");
+    let (code, events, stderr) = run_json(
+        &dir,
+        "List the branches of this repository.",
+        &["--config", config.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let started = first_call(&events);
+    assert_eq!(started["name"], "git__git_branch", "{events:#?}");
+    assert_eq!(started["arguments"]["repo_path"], ".", "{events:#?}");
+    assert_answer_holds(&events, "trunk");
+}
+
+/// A repository (branch `trunk`, one commit of `docs/plan.md`) in a fresh directory, and a
+/// config with mcp-server-git.
+fn git_repo(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = empty_dir(name);
     std::fs::create_dir_all(dir.join("docs")).unwrap();
     std::fs::write(dir.join("docs/plan.md"), "Ship it.").unwrap();
     for args in [
@@ -432,16 +448,58 @@ fn embedded_model_lists_the_branches_of_the_repository_it_is_in() {
             .to_string(),
     )
     .unwrap();
+    (dir, config)
+}
+
+/// A question is offered the tools the server marks read-only: "commit" in "the most recent
+/// commit" made the model call `git_commit`.
+#[test]
+fn embedded_model_answers_a_question_about_commits_with_a_tool_that_only_reads() {
+    let (dir, config) = git_repo("latest-commit");
     let (code, events, stderr) = run_json(
         &dir,
-        "List the branches of this repository.",
+        "What's the most recent commit here?",
         &["--config", config.to_str().unwrap()],
     );
     assert_eq!(code, 0, "{stderr}");
-    let started = first_call(&events);
-    assert_eq!(started["name"], "git__git_branch", "{events:#?}");
-    assert_eq!(started["arguments"]["repo_path"], ".", "{events:#?}");
-    assert_answer_holds(&events, "trunk");
+    let name = first_call(&events)["name"].as_str().unwrap().to_string();
+    assert!(
+        ["git__git_log", "git__git_show", "git__git_status"].contains(&name.as_str()),
+        "{events:#?}"
+    );
+}
+
+/// Asked to remember something, the model is offered the memory tools that write and not
+/// those that only read (it took `read_graph`) or destroy (then `delete_relations`).
+#[test]
+fn embedded_model_remembers_with_a_tool_that_writes() {
+    let dir = empty_dir("remember");
+    let config = dir.join("memory.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"memory": {
+            "command": test_support::npm_bin("mcp-server-memory"),
+            "env": {"MEMORY_FILE_PATH": dir.join("memory.jsonl")},
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let (code, events, stderr) = run_json(
+        &dir,
+        "Remember that Carol works at Acme.",
+        &["--config", config.to_str().unwrap(), "--approve", "auto"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let name = first_call(&events)["name"].as_str().unwrap().to_string();
+    assert!(
+        [
+            "memory__create_entities",
+            "memory__create_relations",
+            "memory__add_observations"
+        ]
+        .contains(&name.as_str()),
+        "{events:#?}"
+    );
 }
 
 /// Asked for the weather with no weather tool, the model says it has no tool for that: told
