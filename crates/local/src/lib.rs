@@ -20,6 +20,7 @@ pub mod grammar;
 mod narrowing;
 pub mod numbers;
 pub mod paths;
+pub mod revisions;
 pub mod template;
 pub mod zones;
 
@@ -384,6 +385,12 @@ impl LocalProvider {
                 provider: self.name.clone(),
                 message: e,
             })?;
+        // A repository's revisions, for the tools that take one (`git_show`).
+        let revisions = known
+            .repositories
+            .first()
+            .map(|repo| revisions::revisions_of(&root.join(repo)))
+            .unwrap_or_default();
         // Places the question names narrow time-zone arguments to their zones.
         let zones = last_user.map(zones::zones_named_in).unwrap_or_default();
         let grammar = matches!(mode, CallMode::RequiredCall | CallMode::LazyCall).then(|| {
@@ -394,6 +401,7 @@ impl LocalProvider {
                     let narrowed = paths::existing_paths_only(tools, &known, text);
                     let narrowed = numbers::written_numbers_only(&narrowed, text);
                     let narrowed = described::described_values_only(&narrowed, text);
+                    let narrowed = revisions::known_revisions_only(&narrowed, &revisions, text);
                     tool_call_grammar(&zones::named_zones_only(&narrowed, &zones))
                 }
             }

@@ -452,7 +452,7 @@ fn git_repo(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
 }
 
 /// A question is offered the tools the server marks read-only: "commit" in "the most recent
-/// commit" made the model call `git_commit`.
+/// commit" made the model call `git_commit`. And the commit it shows is the repository's.
 #[test]
 fn embedded_model_answers_a_question_about_commits_with_a_tool_that_only_reads() {
     let (dir, config) = git_repo("latest-commit");
@@ -464,9 +464,16 @@ fn embedded_model_answers_a_question_about_commits_with_a_tool_that_only_reads()
     assert_eq!(code, 0, "{stderr}");
     let name = first_call(&events)["name"].as_str().unwrap().to_string();
     assert!(
-        ["git__git_log", "git__git_show", "git__git_status"].contains(&name.as_str()),
+        ["git__git_log", "git__git_show"].contains(&name.as_str()),
         "{events:#?}"
     );
+    // Its revision is one the repository has (`revisions.rs`): it invented `1234567890`.
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_answer_holds(&events, String::from_utf8_lossy(&head.stdout).trim());
 }
 
 /// Asked to remember something, the model is offered the memory tools that write and not
