@@ -87,14 +87,97 @@ pub(crate) fn settle_answer(text: &str, fallback: &str, known: &str, result: &st
         end = end.min(at);
     }
     let answer = text[..end].trim();
-    let known = numbers_in(known);
     let given = numbers_in(answer);
     let left_out = result.trim().chars().count() <= SHORT_RESULT
         && numbers_in(result).iter().any(|n| !given.contains(n));
-    if answer.is_empty() || left_out || given.iter().any(|n| !known.contains(n)) {
+    let from_nowhere = given.iter().any(|n| !numbers_in(known).contains(n));
+    if answer.is_empty()
+        || left_out
+        || from_nowhere
+        || strays_from(answer, &format!("{known} {fallback}"))
+    {
         return fallback.to_string();
     }
     answer.to_string()
+}
+
+/// Words an answer may frame a result with though neither the question nor the result holds
+/// them (four letters or more; shorter words are never judged).
+const FRAMING: &[&str] = &[
+    "answer",
+    "result",
+    "returned",
+    "returns",
+    "return",
+    "tool",
+    "called",
+    "gives",
+    "shows",
+    "says",
+    "here",
+    "there",
+    "that",
+    "this",
+    "with",
+    "from",
+    "your",
+    "have",
+    "been",
+    "were",
+    "will",
+    "would",
+    "about",
+    "which",
+    "what",
+    "when",
+    "where",
+    "their",
+    "they",
+    "them",
+    "also",
+    "into",
+    "only",
+    "some",
+    "than",
+    "then",
+    "these",
+    "those",
+    "each",
+    "both",
+    "more",
+    "most",
+    "very",
+    "just",
+    "like",
+    "does",
+    "found",
+    "following",
+    "below",
+    "above",
+    "plus",
+    "minus",
+    "times",
+    "divided",
+    "equals",
+    "total",
+    "makes",
+];
+
+/// Whether `answer` uses a word of four letters or more that neither `known` (the question,
+/// the results, the tool's name) holds nor `FRAMING` allows, compared by their first five
+/// letters: after `divide` returned 25 the 135M model answered "The current time is 25.".
+fn strays_from(answer: &str, known: &str) -> bool {
+    let stem = |w: &str| w.chars().take(5).collect::<String>();
+    let words = |text: &str| -> Vec<String> {
+        text.split(|c: char| !c.is_alphabetic())
+            .filter(|w| w.chars().count() >= 4)
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let known: std::collections::HashSet<String> = words(known).iter().map(|w| stem(w)).collect();
+    words(answer)
+        .iter()
+        .any(|w| !FRAMING.contains(&w.as_str()) && !known.contains(&stem(w)))
 }
 
 /// Where `text` begins one of our instruction's phrasings.
@@ -232,7 +315,12 @@ mod tests {
             settle("It is 4. Use this to answer my question."),
             "It is 4."
         );
-        assert_eq!(settle("It is 04 today."), "It is 04 today.");
+        assert_eq!(settle("It is 04."), "It is 04.");
+        assert_eq!(
+            settle("The current time is 4."),
+            fallback,
+            "words from neither the question nor the result"
+        );
         // A long result need not be reported whole.
         let long = format!("{} 7", "word ".repeat(20));
         let known = format!("{known} {long}");
@@ -247,7 +335,7 @@ mod tests {
         let text = "The server is ready to use.\n\nThe server is ready to use.\n\nThe";
         assert!(answer_ends(text));
         assert_eq!(
-            settle_answer(text, "f", "", ""),
+            settle_answer(text, "f", "Is the server ready to use?", ""),
             "The server is ready to use."
         );
         assert!(!answer_ends("Yes. Yes. It is 4."));
