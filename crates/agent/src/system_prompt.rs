@@ -1,5 +1,5 @@
-//! The system prompt the agent sends: a usage guide, the instructions of the servers whose
-//! tools the model can reach this turn, the user's own prompt, the search hint, and in prompt
+//! The system prompt the agent sends: a usage guide, the user's own prompt, the instructions
+//! of the servers whose tools the model can reach this turn, the search hint, and in prompt
 //! mode the tool list. Servers' instructions take a share of the model's context window, split
 //! among the servers that speak this turn, and at most 4,000 characters each. A small model
 //! reads every word it is given and follows it (server-everything's instructions end with an
@@ -7,7 +7,7 @@
 //! model's is generous.
 
 use tether_catalog::SEARCH_TOOL;
-use tether_protocol::chat::ToolDefinition;
+use tether_protocol::chat::{SERVER_INSTRUCTIONS_OPENING, ToolDefinition};
 
 use crate::prompt_mode::tools_prompt;
 
@@ -32,16 +32,18 @@ pub(crate) fn compose(parts: &SystemPrompt<'_>) -> String {
          accurately; pass arguments that match its schema; if a tool returns an error, read it and fix the call \
          or explain the problem. Answer directly when no tool is needed.",
     );
-    let each = instructions_cap(parts.context_window, parts.instructions.len());
-    for (server, instructions) in &parts.instructions {
-        text.push_str(&format!(
-            "\n\nInstructions from the \"{server}\" server (its tools start with \"{server}__\"):\n{}",
-            cut_at(instructions.trim(), each)
-        ));
-    }
+    // The user's own prompt before any server's words, so that everything from the first
+    // server's instructions on is theirs (`SERVER_INSTRUCTIONS_OPENING`).
     if let Some(own) = parts.own {
         text.push_str("\n\n");
         text.push_str(own);
+    }
+    let each = instructions_cap(parts.context_window, parts.instructions.len());
+    for (server, instructions) in &parts.instructions {
+        text.push_str(&format!(
+            "{SERVER_INSTRUCTIONS_OPENING}{server}\" server (its tools start with \"{server}__\"):\n{}",
+            cut_at(instructions.trim(), each)
+        ));
     }
     if parts.offered.iter().any(|d| d.name == SEARCH_TOOL) {
         text.push_str(
@@ -108,5 +110,23 @@ mod tests {
         assert_eq!(cut_at("abcdefghij", 4), "abcd […]");
         // Characters, not bytes: never cut inside one.
         assert_eq!(cut_at("ééééé", 3), "ééé […]");
+    }
+
+    #[test]
+    fn the_servers_words_come_after_everything_the_prompt_itself_says() {
+        let text = compose(&SystemPrompt {
+            instructions: vec![("a".into(), "Use a.".into()), ("b".into(), "Use b.".into())],
+            context_window: Some(8192),
+            own: Some("Talk like a pirate."),
+            offered: &[],
+            prompt_mode: false,
+        });
+        let servers = text.find(SERVER_INSTRUCTIONS_OPENING).unwrap();
+        assert!(
+            text.find("Talk like a pirate.").unwrap() < servers,
+            "{text}"
+        );
+        assert!(text[servers..].contains("Use a.") && text[servers..].contains("Use b."));
+        assert!(!text[..servers].contains("Use a."));
     }
 }

@@ -4,7 +4,7 @@
 //! fits. And the text of the current turn, whose numbers an answer may give.
 
 use serde_json::Value;
-use tether_protocol::chat::{Message, ToolDefinition};
+use tether_protocol::chat::{Message, SERVER_INSTRUCTIONS_OPENING, ToolDefinition};
 
 /// Told to a small model whose tools do not fit the message.
 pub(crate) const NO_TOOL_FITS: &str = "None of your tools fits this message. If it asks you to look \
@@ -52,6 +52,19 @@ pub(crate) fn asks_to_look_up_unserved(text: &str, tools: &[ToolDefinition]) -> 
                 .split(|c: char| !c.is_alphanumeric())
                 .any(|w| asked.iter().any(|a| a == w))
         })
+}
+
+/// `messages` with the servers' instructions cut from the system message (from the first
+/// [`SERVER_INSTRUCTIONS_OPENING`] on): a small model answering without a tool recited
+/// server-everything's instructions to "hello".
+pub(crate) fn without_server_instructions(messages: &[Message]) -> Vec<Message> {
+    let mut kept = messages.to_vec();
+    if let Some(Message::System { content }) = kept.first_mut()
+        && let Some(at) = content.find(SERVER_INSTRUCTIONS_OPENING)
+    {
+        content.truncate(at);
+    }
+    kept
 }
 
 /// `messages` with `note` at the end of the system message (one is added when there is none).
@@ -179,6 +192,23 @@ pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_without_tools_is_not_given_the_servers_instructions() {
+        let system = format!(
+            "Be helpful.\n\nTalk like a pirate.{SERVER_INSTRUCTIONS_OPENING}everything\" server (its tools start with \"everything__\"):\nAnswer with an Easter egg."
+        );
+        let messages = vec![Message::system(&system), Message::user("hello")];
+        let kept = without_server_instructions(&messages);
+        assert!(
+            matches!(&kept[0], Message::System { content } if content == "Be helpful.\n\nTalk like a pirate."),
+            "{kept:?}"
+        );
+        assert_eq!(kept[1], messages[1]);
+        // A prompt without instructions is left as it is.
+        let plain = vec![Message::system("Be helpful."), Message::user("hi")];
+        assert_eq!(without_server_instructions(&plain), plain);
+    }
 
     #[test]
     fn live_lookups_are_told_apart_from_talk() {

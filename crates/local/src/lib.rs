@@ -45,7 +45,7 @@ use crate::answer_guards::{
 };
 use crate::call_policy::{
     NO_TOOL_ANSWER, NO_TOOL_FITS, asks_to_look_up_unserved, mentions_a_tool, this_turn_text,
-    with_system_note,
+    with_system_note, without_server_instructions,
 };
 use crate::grammar::tool_call_grammar;
 use crate::template::ChatTemplate;
@@ -372,7 +372,12 @@ impl LocalProvider {
         let no_tool_fits = small && has_tools && mode == CallMode::Answer && last_user.is_some();
         let noted;
         let messages = if no_tool_fits {
-            noted = with_system_note(&request.messages, NO_TOOL_FITS);
+            // Servers' instructions are for using their tools; with none to use, the 135M
+            // model recites them.
+            noted = with_system_note(
+                &without_server_instructions(&request.messages),
+                NO_TOOL_FITS,
+            );
             &noted[..]
         } else {
             &request.messages[..]

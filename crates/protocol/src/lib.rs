@@ -415,6 +415,11 @@ pub mod chat {
     use serde::{Deserialize, Serialize};
     use serde_json::Value;
 
+    /// What opens each server's instructions in a system prompt (`Instructions from the
+    /// "files" server …`), which come after the prompt's own parts: from the first of them on,
+    /// the prompt is the servers' words, which a model answering without tools is not given.
+    pub const SERVER_INSTRUCTIONS_OPENING: &str = "\n\nInstructions from the \"";
+
     /// A tool call the model asked for.
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
     pub struct ToolCall {

@@ -509,6 +509,36 @@ fn embedded_model_remembers_with_a_tool_that_writes() {
     );
 }
 
+/// A greeting beside server-everything is answered without its instructions: they are for
+/// using its tools, and given them with none to use the model recited their header
+/// ("## Everything Server – Everything Server Instructions …").
+#[test]
+fn embedded_model_greets_without_reciting_a_servers_instructions() {
+    let dir = empty_dir("hello-everything");
+    let config = dir.join("everything.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"everything": {
+            "command": test_support::npm_bin("mcp-server-everything"),
+            "args": ["stdio"],
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let (code, events, stderr) = run_json(&dir, "hello", &["--config", config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !events.iter().any(|e| e["type"] == "tool_call_started"),
+        "{events:#?}"
+    );
+    let last = events.iter().find(|e| e["type"] == "turn_ended").unwrap();
+    let text = last["text"].as_str().unwrap().to_lowercase();
+    assert!(
+        !text.is_empty() && !text.contains("everything server") && !text.contains("instructions"),
+        "{text}"
+    );
+}
+
 /// Asked for the weather with no weather tool, the model says it has no tool for that: told
 /// so in its prompt it still forecast 21°C, and a file search whose description says "like"
 /// made it search files.
