@@ -426,6 +426,21 @@ impl ClientHandler for ClientSession {
     }
 }
 
+/// Each property's `default` in a form's schema: what a person pressing Enter through the
+/// form would send.
+pub fn form_defaults(schema: &Value) -> Map<String, Value> {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| {
+            properties
+                .iter()
+                .filter_map(|(name, p)| Some((name.clone(), p.get("default")?.clone())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Asks `host` an elicitation of `server` (its params in the wire shape) and returns the
 /// answer in the wire shape of `ElicitResult`.
 pub(crate) async fn elicitation_answer(

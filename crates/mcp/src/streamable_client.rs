@@ -26,20 +26,15 @@ use rmcp::transport::streamable_http_client::{
 use crate::legacy_fields::keep_legacy_task_fields;
 
 /// Whether a session's standalone GET stream has been answered (opened, or refused with 405).
-#[derive(Clone)]
-pub(crate) struct StandaloneStream {
-    /// Set when a response named a session: only then does rmcp open the stream.
-    session_given: Arc<AtomicBool>,
-    answered: Arc<tokio::sync::watch::Sender<bool>>,
-}
+/// Clones share one state.
+#[derive(Clone, Default)]
+pub(crate) struct StandaloneStream(Arc<StandaloneState>);
 
-impl Default for StandaloneStream {
-    fn default() -> Self {
-        Self {
-            session_given: Arc::new(AtomicBool::new(false)),
-            answered: Arc::new(tokio::sync::watch::channel(false).0),
-        }
-    }
+#[derive(Default)]
+struct StandaloneState {
+    /// Set when a response named a session: only then does rmcp open the stream.
+    session_given: AtomicBool,
+    answered: tokio::sync::watch::Sender<bool>,
 }
 
 impl StandaloneStream {
@@ -47,10 +42,10 @@ impl StandaloneStream {
     /// answered; returns at once for a server that gave no session (rmcp opens none). Returns
     /// whether it is answered, or not expected.
     pub(crate) async fn settled(&self, within: Duration) -> bool {
-        if !self.session_given.load(Ordering::SeqCst) {
+        if !self.0.session_given.load(Ordering::SeqCst) {
             return true;
         }
-        let mut answered = self.answered.subscribe();
+        let mut answered = self.0.answered.subscribe();
         tokio::time::timeout(within, answered.wait_for(|done| *done))
             .await
             .is_ok_and(|result| result.is_ok())
@@ -63,7 +58,7 @@ impl StandaloneStream {
             _ => false,
         };
         if session {
-            self.session_given.store(true, Ordering::SeqCst);
+            self.0.session_given.store(true, Ordering::SeqCst);
         }
     }
 }
@@ -100,7 +95,7 @@ impl<C> WatchedClient<C> {
     where
         E: std::error::Error + Send + Sync + 'static,
     {
-        self.standalone.answered.send_replace(true);
+        self.standalone.0.answered.send_replace(true);
         outcome.map(keep_in_stream)
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 use test_support::HttpServer;
+use tether_mcp::client::form_defaults;
 use tether_mcp::{
     ElicitationAnswer, ElicitationRequest, HostHandler, Root, ServerConfig, ServerConnection,
     ServerNotice,
@@ -32,13 +33,7 @@ impl HostHandler for AcceptDefaults {
             let ElicitationRequest::Form { schema, .. } = request else {
                 return ElicitationAnswer::Decline;
             };
-            let defaults: Map<String, Value> = schema["properties"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter_map(|(name, p)| Some((name.clone(), p.get("default")?.clone())))
-                .collect();
-            ElicitationAnswer::Accept(defaults)
+            ElicitationAnswer::Accept(form_defaults(&schema))
         })
     }
     fn notify(&self, _: &str, _: ServerNotice) {}

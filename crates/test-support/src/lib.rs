@@ -63,6 +63,31 @@ fn require(path: PathBuf) -> PathBuf {
     path
 }
 
+/// Makes `dir` a git repository on `branch` with one commit of `files` (paths relative to
+/// it, already written) under `message`, by a fixed test author.
+pub fn git_commit_files(dir: &Path, branch: &str, files: &[&str], message: &str) {
+    let author = [
+        "-c",
+        "user.name=Tether Test",
+        "-c",
+        "user.email=test@example.com",
+    ];
+    let init = ["init", "-q", "-b", branch];
+    let add: Vec<&str> = ["add"].into_iter().chain(files.iter().copied()).collect();
+    let commit: Vec<&str> = author
+        .into_iter()
+        .chain(["commit", "-q", "-m", message])
+        .collect();
+    for args in [&init[..], &add, &commit] {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run git: {e}"));
+        assert!(status.success(), "git {args:?} failed in {}", dir.display());
+    }
+}
+
 /// A fresh, empty directory for one test: `$TMPDIR/tether-<suite>-<pid>-<test>`.
 pub fn scratch_dir(suite: &str, test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tether-{suite}-{}-{test}", std::process::id()));

@@ -174,27 +174,12 @@ pub fn natural_twenty() {
     )
     .unwrap();
     let dir = three_files("twenty");
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &["add", "notes.txt", "shopping.md", "docs/plan.md"],
-        &[
-            "-c",
-            "user.name=Bench",
-            "-c",
-            "user.email=bench@example.com",
-            "commit",
-            "-q",
-            "-m",
-            "Add the plan",
-        ],
-    ] {
-        let status = Command::new("git")
-            .args(args)
-            .current_dir(&dir)
-            .status()
-            .unwrap();
-        assert!(status.success(), "git {args:?}");
-    }
+    test_support::git_commit_files(
+        &dir,
+        "main",
+        &["notes.txt", "shopping.md", "docs/plan.md"],
+        "Add the plan",
+    );
     std::fs::write(dir.join("draft.txt"), "Not committed yet.").unwrap();
     let db = dir.join("library.db");
     let status = Command::new("python3")

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 use tether_mcp::auth::{self, HeadlessBrowser, TokenStore};
+use tether_mcp::client::form_defaults;
 use tether_mcp::config::OAuthSettings;
 use tether_mcp::{
     ElicitationAnswer, ElicitationRequest, HostHandler, McpError, Root, ServerConfig,
@@ -47,7 +48,7 @@ impl HostHandler for ScriptedHost {
         Box::pin(async move {
             match request {
                 ElicitationRequest::Form { schema, .. } => {
-                    ElicitationAnswer::Accept(schema_defaults(&schema))
+                    ElicitationAnswer::Accept(form_defaults(&schema))
                 }
                 ElicitationRequest::Url { .. } => ElicitationAnswer::Accept(Map::new()),
             }
@@ -57,20 +58,6 @@ impl HostHandler for ScriptedHost {
     fn notify(&self, server: &str, notice: ServerNotice) {
         tracing::info!(server, ?notice, "notification");
     }
-}
-
-/// Each property's `default`, as a person pressing Enter through the form would send.
-fn schema_defaults(schema: &Value) -> Map<String, Value> {
-    schema
-        .get("properties")
-        .and_then(Value::as_object)
-        .map(|properties| {
-            properties
-                .iter()
-                .filter_map(|(name, p)| Some((name.clone(), p.get("default")?.clone())))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Arguments for calling a tool the scenario did not describe.
@@ -214,7 +201,7 @@ mod tests {
             "tags": {"type": "array", "default": ["x"]}
         }});
         assert_eq!(
-            Value::Object(schema_defaults(&schema)),
+            Value::Object(form_defaults(&schema)),
             json!({"name": "Ada", "tags": ["x"]})
         );
     }

@@ -421,26 +421,7 @@ fn git_repo(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     let dir = empty_dir(name);
     std::fs::create_dir_all(dir.join("docs")).unwrap();
     std::fs::write(dir.join("docs/plan.md"), "Ship it.").unwrap();
-    for args in [
-        &["init", "-q", "-b", "trunk", "."][..],
-        &["add", "docs/plan.md"],
-        &[
-            "-c",
-            "user.email=t@example.com",
-            "-c",
-            "user.name=t",
-            "commit",
-            "-qm",
-            "plan",
-        ],
-    ] {
-        let status = Command::new("git")
-            .args(args)
-            .current_dir(&dir)
-            .status()
-            .unwrap();
-        assert!(status.success(), "git {args:?}");
-    }
+    test_support::git_commit_files(&dir, "trunk", &["docs/plan.md"], "plan");
     let config = dir.join("git.json");
     std::fs::write(
         &config,
