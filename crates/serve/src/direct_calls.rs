@@ -108,6 +108,22 @@ impl<S: ?Sized> SessionDirectory<S> {
         }
     }
 
+    /// Takes session `id` out (its client ended it).
+    pub(crate) fn forget(&self, id: &str) {
+        if let Ok(mut sessions) = self.sessions.write() {
+            sessions.remove(id);
+        }
+    }
+
+    /// Whether session `id` is registered and its service still lives.
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.sessions.read().is_ok_and(|sessions| {
+            sessions
+                .get(id)
+                .is_some_and(|s| s.service.strong_count() > 0)
+        })
+    }
+
     /// The service of session `id` and its client's capabilities, unless the session is not
     /// (or no longer) known or is due a visit of the full path.
     fn lookup(&self, id: &str) -> Option<(Arc<S>, Arc<Value>)> {

@@ -42,7 +42,19 @@ pub struct Opened {
     pub issued: u64,
 }
 
-impl Opened {
+/// Whose session a sealed id names: what the edge checks on every request of it, without the
+/// `initialize` parameters only a restore needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionIdentity {
+    /// rmcp's id of the session on the replica that opened it.
+    pub local: String,
+    /// The principal that opened it (`None` on an endpoint without authentication).
+    pub principal: Option<String>,
+    /// When it was opened, in seconds since the Unix epoch.
+    pub issued: u64,
+}
+
+impl SessionIdentity {
     /// Whether `principal` (the request's) may use this session.
     pub fn belongs_to(&self, principal: Option<&str>) -> bool {
         self.principal.as_deref() == principal
@@ -73,10 +85,18 @@ pub struct SealedSessions {
     /// restored again (404, as the spec asks). Other replicas cannot know without a shared
     /// store: there a DELETEd id still opens, the price of keeping none.
     ended: Mutex<std::collections::VecDeque<String>>,
+    /// Ids opened here before, by their sealed text: a session's every request carries the
+    /// same id, and opening it (decrypting, then parsing its `initialize` parameters) cost
+    /// more than the rest of a proxied call's edge (docs/decisions.md, "The gateway's hot
+    /// path"). Only ids that opened are kept, so the text alone vouches for the entry.
+    identities: Mutex<HashMap<String, SessionIdentity>>,
 }
 
 /// How many ended sessions a replica remembers; the oldest are forgotten first.
 const ENDED_REMEMBERED: usize = 10_000;
+
+/// How many opened ids a replica keeps; past that it starts over (each costs one opening).
+const IDENTITIES_REMEMBERED: usize = 10_000;
 
 impl std::fmt::Debug for SealedSessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -112,6 +132,7 @@ impl SealedSessions {
             key: LessSafeKey::new(key),
             fresh: Mutex::default(),
             ended: Mutex::default(),
+            identities: Mutex::default(),
         })
     }
 
@@ -160,6 +181,29 @@ impl SealedSessions {
         })
     }
 
+    /// Whose session `sealed` names, as [`SealedSessions::open`] would say, from memory when
+    /// this replica opened the same id before.
+    pub fn identify(&self, sealed: &str) -> Option<SessionIdentity> {
+        if let Ok(identities) = self.identities.lock()
+            && let Some(known) = identities.get(sealed)
+        {
+            return Some(known.clone());
+        }
+        let opened = self.open(sealed)?;
+        let identity = SessionIdentity {
+            local: opened.local,
+            principal: opened.principal,
+            issued: opened.issued,
+        };
+        if let Ok(mut identities) = self.identities.lock() {
+            if identities.len() >= IDENTITIES_REMEMBERED {
+                identities.clear();
+            }
+            identities.insert(sealed.to_string(), identity.clone());
+        }
+        Some(identity)
+    }
+
     /// The sealed id for rmcp's new session `local`, opened by `principal` now, once (for its
     /// `initialize` response).
     pub(crate) fn seal_fresh(&self, local: &str, principal: Option<&str>) -> Option<String> {
@@ -198,7 +242,8 @@ impl SessionStore for SealedSessions {
         let Some(opened) = self.open(session_id) else {
             return Ok(None);
         };
-        if self.has_ended(&opened.local) || opened.expired() {
+        let expired = now_secs().saturating_sub(opened.issued) > SESSION_MAX_AGE.as_secs();
+        if self.has_ended(&opened.local) || expired {
             return Ok(None);
         }
         Ok(serde_json::from_value(opened.params)
@@ -258,9 +303,14 @@ mod tests {
         let opened = there.open(&sealed).unwrap();
         assert_eq!(opened.local, "local-1");
         assert_eq!(opened.params["capabilities"]["sampling"], json!({}));
-        assert!(opened.belongs_to(Some("alice")));
-        assert!(!opened.belongs_to(Some("bob")) && !opened.belongs_to(None));
-        assert!(!opened.expired());
+        // Twice: the second from memory says the same.
+        for _ in 0..2 {
+            let identity = there.identify(&sealed).unwrap();
+            assert_eq!(identity.local, "local-1");
+            assert!(identity.belongs_to(Some("alice")));
+            assert!(!identity.belongs_to(Some("bob")) && !identity.belongs_to(None));
+            assert!(!identity.expired());
+        }
         let restored = there.load(&sealed).await.unwrap().unwrap();
         assert_eq!(
             serde_json::to_value(restored.initialize_params).unwrap()["clientInfo"]["name"],
@@ -279,9 +329,14 @@ mod tests {
         let mut bytes = URL_SAFE_NO_PAD.decode(&sealed).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 1;
-        assert!(here.open(&URL_SAFE_NO_PAD.encode(bytes)).is_none());
+        let forged = URL_SAFE_NO_PAD.encode(bytes);
+        assert!(here.open(&forged).is_none());
+        assert!(here.identify(&sealed).is_some());
+        // A forged id is not remembered as opened, however often it comes.
+        assert!(here.identify(&forged).is_none() && here.identify(&forged).is_none());
+        assert!(elsewhere.identify(&sealed).is_none());
         assert!(here.open("0b6a4c8e-1f2d-4c3b-9a8e-7d6c5b4a3f2e").is_none());
-        assert!(here.open("").is_none());
+        assert!(here.identify("").is_none());
         assert!(
             SealedSessions::new(Some("short"))
                 .unwrap_err()
@@ -294,8 +349,7 @@ mod tests {
         let here = SealedSessions::new(Some("a shared secret of some length")).unwrap();
         let old = now_secs() - SESSION_MAX_AGE.as_secs() - 60;
         let sealed = here.seal("local-3", &params(), None, old).unwrap();
-        let opened = here.open(&sealed).unwrap();
-        assert!(opened.expired());
+        assert!(here.identify(&sealed).unwrap().expired());
         assert!(here.load(&sealed).await.unwrap().is_none());
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
@@ -168,7 +168,6 @@ where
         n => n,
     };
     let connections = ConnectionTable::new(max_connections);
-    let (in_flight, mut in_flight_changes) = watch::channel(0usize);
     let edge = Arc::new(Edge {
         authenticator: Authenticator::new(options.tokens, options.jwt),
         sessions,
@@ -183,7 +182,8 @@ where
         session_idle: options.session_idle,
         sessions_by_client: Mutex::default(),
         clients: Mutex::default(),
-        in_flight,
+        in_flight: AtomicUsize::new(0),
+        drained: Notify::new(),
         draining: AtomicBool::new(false),
         refusal_warning: OccasionalWarning::default(),
         hosts,
@@ -226,16 +226,26 @@ where
         tokio::spawn(async move {
             let activity = registered.activity.clone();
             let requests = activity.clone();
+            // Written once per connection: a client without a principal is counted by it.
+            let peer_name: Arc<str> = peer.ip().to_string().into();
             let service = hyper::service::service_fn(move |request| {
                 let mut mcp = mcp.clone();
+                let peer_name = peer_name.clone();
                 let edge = edge.clone();
                 let directory = directory.clone();
                 // Busy until the answer is handed to the socket, so a connection with an
                 // answer (or an open stream) is never the one closed to make room.
                 let mut busy = Some(requests.busy());
                 async move {
-                    let response =
-                        route(request, &mut mcp, &edge, &directory, peer, &mut busy).await;
+                    let response = route(
+                        request,
+                        &mut mcp,
+                        &edge,
+                        &directory,
+                        (peer, &peer_name),
+                        &mut busy,
+                    )
+                    .await;
                     // An MCP answer took the mark with its own bookkeeping (one wrapper, not
                     // two, on the hot path); the edge's own answers get it here.
                     Ok::<_, Infallible>(match busy {
@@ -274,10 +284,21 @@ where
     // Drain: the listener is closed (dropped below); answer what is in flight, then stop.
     edge.draining.store(true, Ordering::SeqCst);
     drop(listener);
-    let pending = *in_flight_changes.borrow();
+    let pending = edge.in_flight.load(Ordering::SeqCst);
     if pending > 0 {
         tracing::info!("draining {pending} request(s) in flight");
-        let drained = in_flight_changes.wait_for(|n| *n == 0);
+        let drained = async {
+            loop {
+                let notified = edge.drained.notified();
+                tokio::pin!(notified);
+                // Listening before looking: a last request that ends in between still wakes us.
+                notified.as_mut().enable();
+                if edge.in_flight.load(Ordering::SeqCst) == 0 {
+                    break;
+                }
+                notified.await;
+            }
+        };
         if tokio::time::timeout(options.drain_timeout, drained)
             .await
             .is_err()
@@ -316,8 +337,10 @@ struct Edge {
     sessions_by_client: Mutex<HashMap<String, std::collections::HashSet<String>>>,
     /// Each client's in-flight permits, by principal name or peer address.
     clients: Mutex<HashMap<String, Arc<Semaphore>>>,
-    /// Requests in flight, watched by the drain.
-    in_flight: watch::Sender<usize>,
+    /// Requests in flight, counted for the drain.
+    in_flight: AtomicUsize,
+    /// Wakes the drain when the last request in flight ends.
+    drained: Notify,
     /// Shutdown has begun: `/readyz` says so.
     draining: AtomicBool,
     /// Refused sessions, said now and then (a flood of them must not flood the log).
@@ -438,9 +461,13 @@ struct InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.edge.metrics.in_flight().dec();
-        self.edge
-            .in_flight
-            .send_modify(|n| *n = n.saturating_sub(1));
+        // Only a draining gateway waits for the count to reach zero; a watch channel here
+        // cost every request a lock and a wake-up pass.
+        if self.edge.in_flight.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.edge.draining.load(Ordering::SeqCst)
+        {
+            self.edge.drained.notify_waiters();
+        }
     }
 }
 
@@ -454,17 +481,20 @@ impl Edge {
                 if clients.len() > 10_000 {
                     clients.retain(|_, s| s.available_permits() < self.limit);
                 }
-                clients
-                    .entry(client.to_string())
-                    .or_insert_with(|| Arc::new(Semaphore::new(self.limit)))
-                    .clone()
+                match clients.get(client) {
+                    Some(semaphore) => semaphore.clone(),
+                    None => clients
+                        .entry(client.to_string())
+                        .or_insert_with(|| Arc::new(Semaphore::new(self.limit)))
+                        .clone(),
+                }
             };
             Some(semaphore.try_acquire_owned().ok()?)
         } else {
             None
         };
         self.metrics.in_flight().inc();
-        self.in_flight.send_modify(|n| *n += 1);
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
         Some(InFlight {
             edge: self.clone(),
             _permit: permit,
@@ -475,10 +505,11 @@ impl Edge {
     /// passes unchanged (rmcp restores a sealed one it does not hold, and refuses the rest).
     /// A DELETE ends the session here for good. A session opened by another principal, or
     /// longer ago than `SESSION_MAX_AGE`, is refused as unknown (404), whoever holds it.
-    async fn open_session_id(
+    async fn open_session_id<S: ?Sized>(
         &self,
         request: &mut Request<Full<Bytes>>,
         principal: Option<&str>,
+        directory: &SessionDirectory<S>,
     ) -> Result<(), Response<Body>> {
         let Some(sealed) = request
             .headers()
@@ -487,7 +518,7 @@ impl Edge {
         else {
             return Ok(());
         };
-        let Some(opened) = self.sessions.open(sealed) else {
+        let Some(opened) = self.sessions.identify(sealed) else {
             return Ok(());
         };
         if !opened.belongs_to(principal) || opened.expired() {
@@ -508,11 +539,19 @@ impl Edge {
         let local = opened.local;
         if request.method() == hyper::Method::DELETE {
             self.sessions.end(&local);
+            // rmcp forgets the session at once but drops its service later: the hot path must
+            // not serve it meanwhile.
+            directory.forget(&local);
         }
-        if matches!(
-            self.manager.has_session(&local.as_str().into()).await,
-            Ok(true)
-        ) && let Ok(value) = hyper::header::HeaderValue::from_str(&local)
+        // A session whose service still lives is one rmcp's session worker holds (the hot
+        // path's directory keeps a weak reference, upgraded only for the length of a call), so
+        // rmcp's manager and its lock are not asked.
+        if (directory.holds(&local)
+            || matches!(
+                self.manager.has_session(&local.as_str().into()).await,
+                Ok(true)
+            ))
+            && let Ok(value) = hyper::header::HeaderValue::from_str(&local)
         {
             request.headers_mut().insert(SESSION_HEADER, value);
         }
@@ -567,7 +606,7 @@ async fn route<M, S>(
     mcp: &mut M,
     edge: &Arc<Edge>,
     directory: &SessionDirectory<S>,
-    peer: SocketAddr,
+    (peer, peer_name): (SocketAddr, &str),
     busy: &mut Option<BusyGuard>,
 ) -> Response<Body>
 where
@@ -619,9 +658,10 @@ where
                     return refusal;
                 }
             };
-            let client = principal
-                .as_ref()
-                .map_or_else(|| peer.ip().to_string(), |p| p.name.clone());
+            let client: std::borrow::Cow<'_, str> = match &principal {
+                Some(principal) => principal.name.clone().into(),
+                None => peer_name.into(),
+            };
             // The body is read before the request counts as in flight, so a client that
             // sends it slowly holds only its connection, and that for BODY_READ_TIMEOUT.
             let (mut request, body) = match read_body(request, edge.max_body_bytes).await {
@@ -643,7 +683,10 @@ where
             if let Some(principal) = principal {
                 request.extensions_mut().insert::<Principal>(principal);
             }
-            if let Err(refusal) = edge.open_session_id(&mut request, owner.as_deref()).await {
+            if let Err(refusal) = edge
+                .open_session_id(&mut request, owner.as_deref(), directory)
+                .await
+            {
                 edge.metrics.http_request(refusal.status().as_u16());
                 return refusal;
             }
