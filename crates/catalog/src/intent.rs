@@ -36,6 +36,10 @@ const DESTROY_VERBS: &[&str] = &[
     "unstage",
 ];
 
+/// Verbs that ask to store something when they open the message ("note that…"); elsewhere
+/// they are nouns ("my notes").
+const NOTING: &[&str] = &["note", "jot"];
+
 /// Words that open a question or a request to be shown something.
 const ASKING: &[&str] = &[
     "what", "which", "who", "whom", "whose", "where", "when", "why", "how", "is", "are", "was",
@@ -55,6 +59,8 @@ pub(crate) fn intent_of(text: &str) -> Intent {
     let any = |verbs: &[&str]| words.iter().any(|w| verbs.contains(&w.as_str()));
     if ASKING.contains(&first) {
         Intent::Ask
+    } else if NOTING.contains(&first) {
+        Intent::Change
     } else if any(DESTROY_VERBS) {
         Intent::Destroy
     } else if any(CHANGE_VERBS) {
@@ -87,6 +93,49 @@ fn effect_of(tool: &QualifiedTool) -> Option<Effect> {
     }
 }
 
+/// Whether the server marked `tool` at all.
+fn marked(tool: &QualifiedTool) -> bool {
+    let hints = &tool.tool.annotations;
+    hints.read_only_hint.is_some() || hints.destructive_hint.is_some()
+}
+
+/// What a tool does by the verb its name opens with (`describe_table` reads, `create_table`
+/// writes, `drop_table` destroys), for candidates none of which is marked: many servers mark
+/// none of their tools (server-sqlite), and a question offered `create_table` beside
+/// `describe_table` got the wrong one. Beside marked tools the marks alone count, so a guess
+/// never outweighs a server's word (an unmarked `write_query` must not push out a marked
+/// `write_file`). A verb that is also arithmetic ("add") says nothing.
+fn effect_named(name: &str) -> Option<Effect> {
+    let verb = name
+        .split(['_', '-', '.'])
+        .find(|w| !w.is_empty())?
+        .to_lowercase();
+    if NAMED_READS.contains(&verb.as_str()) {
+        Some(Effect::Reads)
+    } else if NAMED_DESTROYS.contains(&verb.as_str()) {
+        Some(Effect::Destroys)
+    } else if NAMED_WRITES.contains(&verb.as_str()) {
+        Some(Effect::Writes)
+    } else {
+        None
+    }
+}
+
+/// Verbs opening the names of tools that only look.
+const NAMED_READS: &[&str] = &[
+    "get", "list", "read", "describe", "search", "find", "show", "fetch", "query", "lookup",
+    "view", "open",
+];
+
+/// Verbs opening the names of tools that remove.
+const NAMED_DESTROYS: &[&str] = &["delete", "remove", "drop", "clear", "purge", "erase"];
+
+/// Verbs opening the names of tools that create or change.
+const NAMED_WRITES: &[&str] = &[
+    "create", "write", "insert", "update", "set", "save", "store", "append", "edit", "rename",
+    "move", "put", "upload",
+];
+
 /// `hits` without the tools whose effect goes against `intent`, when some hit whose effect
 /// fits it is left: a question keeps what reads, a change what writes without destroying, a
 /// removal what writes or destroys. Unmarked tools always stay.
@@ -97,7 +146,15 @@ pub(crate) fn fitting(hits: Vec<Hit>, tools: &[QualifiedTool], intent: Intent) -
         Intent::Destroy => (&[Effect::Destroys, Effect::Writes], &[Effect::Reads]),
         Intent::Unclear => return hits,
     };
-    let effect = |hit: &Hit| tools.get(hit.index).and_then(effect_of);
+    let guessed = !hits.iter().any(|h| tools.get(h.index).is_some_and(marked));
+    let effect = |hit: &Hit| {
+        let tool = tools.get(hit.index)?;
+        if guessed {
+            effect_named(&tool.tool.name)
+        } else {
+            effect_of(tool)
+        }
+    };
     if !hits
         .iter()
         .any(|h| effect(h).is_some_and(|e| wanted.contains(&e)))
@@ -168,6 +225,39 @@ mod tests {
         assert_eq!(intent_of("show me the branches"), Intent::Ask);
         assert_eq!(intent_of("add 3 and 4"), Intent::Unclear);
         assert_eq!(intent_of("9 times 8"), Intent::Unclear);
+        assert_eq!(
+            intent_of("Note in memory that Carol is a doctor."),
+            Intent::Change
+        );
+        assert_eq!(intent_of("read note.txt"), Intent::Unclear);
+    }
+
+    #[test]
+    fn an_unmarked_tool_is_judged_by_the_verb_its_name_opens_with() {
+        let tools = vec![
+            tool("list_tables", json!({})),
+            tool("describe_table", json!({})),
+            tool("create_table", json!({})),
+            tool("drop_table", json!({})),
+            tool("add", json!({})),
+        ];
+        let asked = fitting(hits(5), &tools, Intent::Ask);
+        assert_eq!(
+            names(&asked, &tools),
+            ["list_tables", "describe_table", "add"]
+        );
+        let changed = fitting(hits(5), &tools, Intent::Change);
+        assert_eq!(names(&changed, &tools), ["create_table", "add"]);
+        // Beside a marked tool, names are not read: the marks alone decide.
+        let mixed = vec![
+            tool("write_file", json!({"destructiveHint": true})),
+            tool("write_query", json!({})),
+            tool("read_file", json!({"readOnlyHint": true})),
+        ];
+        assert_eq!(
+            names(&fitting(hits(3), &mixed, Intent::Change), &mixed),
+            ["write_file", "write_query", "read_file"]
+        );
     }
 
     #[test]

@@ -487,6 +487,8 @@ const EVERYDAY_WORDS: &[(&str, &[&str])] = &[
     ("gbp", &["currency"]),
     ("jpi", &["currency"]),
     ("money", &["currency"]),
+    ("histori", &["log"]),
+    ("column", &["schema"]),
     ("height", &["dimension"]),
     ("width", &["dimension"]),
 ];

@@ -94,11 +94,29 @@ pub(crate) fn settle_answer(text: &str, fallback: &str, known: &str, result: &st
     if answer.is_empty()
         || left_out
         || from_nowhere
+        || recites_part_of(answer, fallback, result)
         || strays_from(answer, &format!("{known} {fallback}"))
     {
         return fallback.to_string();
     }
     answer.to_string()
+}
+
+/// Whether `answer` recites the result's sentence (`fallback`) and gets it wrong: it opens
+/// with the sentence's own words ("The list_directory tool returned:") and then differs from
+/// the result, leaving lines out or changing them. The 135M model answered a directory of
+/// eight entries with "returned: [DIR]" and one file, and another with "[FILE] docs" for
+/// "[DIR] docs". A recitation is never better than the sentence itself.
+fn recites_part_of(answer: &str, fallback: &str, result: &str) -> bool {
+    let Some(head_end) = fallback.find(':') else {
+        return false;
+    };
+    let Some(given) = answer.strip_prefix(&fallback[..=head_end]) else {
+        return false;
+    };
+    // The whole result, not the sentence's first 300 characters: a long one recited right
+    // stays whole.
+    given.trim().trim_end_matches('.') != result.trim().trim_end_matches('.')
 }
 
 /// Words an answer may frame a result with though neither the question nor the result holds
@@ -328,6 +346,35 @@ mod tests {
             settle_answer("It is 4.", fallback, &known, &long),
             "It is 4."
         );
+    }
+
+    #[test]
+    fn an_answer_that_recites_part_of_a_result_gives_way_to_all_of_it() {
+        let result = "[DIR] docs\n[FILE] draft.txt\n[FILE] notes.txt";
+        let fallback = format!("The list_directory tool returned: {result}");
+        for cut in [
+            "The list_directory tool returned: [DIR]\n[FILE] draft.txt",
+            "The list_directory tool returned: [DIR] docs",
+            "The list_directory tool returned: [FILE] docs",
+        ] {
+            assert_eq!(
+                settle_answer(cut, &fallback, result, result),
+                fallback,
+                "{cut}"
+            );
+        }
+        // The whole result, with or without a full stop, or words of the model's own, stay.
+        assert_eq!(
+            settle_answer(&fallback, &fallback, result, result),
+            fallback
+        );
+        let short = "The multiply tool returned: 72";
+        assert!(!recites_part_of(
+            "The multiply tool returned: 72.",
+            short,
+            "72"
+        ));
+        assert!(!recites_part_of("The answer is 72.", short, "72"));
     }
 
     #[test]

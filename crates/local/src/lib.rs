@@ -403,7 +403,8 @@ impl LocalProvider {
                 (Some(read), CallMode::RequiredCall) => tool_call_grammar(read),
                 _ => {
                     let text = last_user.unwrap_or_default();
-                    let narrowed = paths::existing_paths_only(tools, &known, text);
+                    let narrowed = paths::property_tools_only(tools, text);
+                    let narrowed = paths::existing_paths_only(&narrowed, &known, text);
                     let narrowed = numbers::written_numbers_only(&narrowed, text);
                     let narrowed = described::described_values_only(&narrowed, text);
                     let narrowed = revisions::known_revisions_only(&narrowed, &revisions, text);

@@ -153,11 +153,12 @@ pub fn existing_paths_only(
                 (false, _, Some(PathKind::Repository)) if !known.repositories.is_empty() => {
                     known.repositories.clone()
                 }
-                (false, _, Some(PathKind::Directory | PathKind::Repository)) => {
+                (false, _, Some(PathKind::Repository)) => {
                     let mut dirs = known.directories.clone();
                     dirs.extend(written.iter().filter(|w| !w.contains('.')).cloned());
                     dirs
                 }
+                (false, _, Some(PathKind::Directory)) => directories_meant(known, &written, text),
                 (false, _, Some(PathKind::File)) => {
                     let mut files = known.files.clone();
                     files.extend(written.iter().cloned());
@@ -181,6 +182,25 @@ pub fn existing_paths_only(
             }
         }
     })
+}
+
+/// The directories a directory parameter may name for `text`: those it names (by path or
+/// name) and the paths it writes out; when it names none, only the working directory. "Which
+/// files are in this folder?" got `docs`, the one subdirectory there, when every directory was
+/// offered.
+fn directories_meant(known: &KnownPaths, written: &[String], text: &str) -> Vec<String> {
+    let subdirectories: Vec<String> = known
+        .directories
+        .iter()
+        .filter(|d| d.as_str() != ".")
+        .cloned()
+        .collect();
+    let mut meant = files_named_in(text, &subdirectories);
+    meant.extend(written.iter().filter(|w| !w.contains('.')).cloned());
+    if meant.is_empty() && known.directories.iter().any(|d| d == ".") {
+        meant.push(".".to_string());
+    }
+    meant
 }
 
 /// Paths `text` writes out: words with a `/`, or a name with an extension (`notes.txt`),
@@ -259,6 +279,60 @@ pub fn read_named_files(
     path["enum"] = json!(named);
     Some(vec![read])
 }
+
+/// When `text` asks about a file's properties rather than its content (its size, when it was
+/// modified or created, its permissions) and a tool that reports them is offered
+/// (`get_file_info`, `list_directory_with_sizes`): those tools alone. "When was notes.txt last
+/// modified?" was offered `get_file_info` first and the built-in reader beside it, and the
+/// small model read the file.
+pub fn property_tools_only(tools: &[ToolDefinition], text: &str) -> Vec<ToolDefinition> {
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let has = |list: &[&str]| words.iter().any(|w| list.contains(&w.as_str()));
+    let asks_property = has(PROPERTY_WORDS) || (has(&["when"]) && has(CHANGE_WORDS));
+    let reports = |tool: &ToolDefinition| {
+        let name = tool
+            .name
+            .rsplit("__")
+            .next()
+            .unwrap_or(&tool.name)
+            .to_lowercase();
+        ["info", "stat", "metadata", "size"]
+            .iter()
+            .any(|w| name.contains(w))
+    };
+    if !asks_property || !tools.iter().any(reports) {
+        return tools.to_vec();
+    }
+    tools.iter().filter(|t| reports(t)).cloned().collect()
+}
+
+/// Words that ask about a file's properties, not what it says.
+const PROPERTY_WORDS: &[&str] = &[
+    "size",
+    "sizes",
+    "big",
+    "bigger",
+    "biggest",
+    "large",
+    "larger",
+    "largest",
+    "bytes",
+    "modified",
+    "created",
+    "permissions",
+    "permission",
+    "owner",
+    "timestamp",
+];
+
+/// Words that, after "when", ask when a file last changed.
+const CHANGE_WORDS: &[&str] = &[
+    "changed", "edited", "updated", "saved", "written", "touched",
+];
 
 /// The files under `root` (see [`files_under`]), and `.` with the directories that hold them.
 pub fn entries_under(root: &Path) -> KnownPaths {
@@ -368,6 +442,33 @@ mod tests {
     }
 
     #[test]
+    fn a_question_about_a_files_properties_goes_to_a_tool_that_reports_them() {
+        let info = ToolDefinition {
+            name: "files__get_file_info".into(),
+            ..read_file()
+        };
+        let offered = [info.clone(), read_file()];
+        for asked in [
+            "When was notes.txt last modified?",
+            "how big is shopping.md?",
+            "when was the plan last edited?",
+        ] {
+            let kept = property_tools_only(&offered, asked);
+            assert_eq!(kept.len(), 1, "{asked}");
+            assert_eq!(kept[0].name, info.name, "{asked}");
+        }
+        assert_eq!(
+            property_tools_only(&offered, "what's in notes.txt?").len(),
+            2
+        );
+        // Without a tool that reports properties, the reader stays.
+        assert_eq!(
+            property_tools_only(&[read_file()], "how big is notes.txt?"),
+            [read_file()]
+        );
+    }
+
+    #[test]
     fn read_file_may_only_name_files_that_exist() {
         let root = std::env::temp_dir().join(format!("tether-paths-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -444,14 +545,24 @@ mod tests {
             description: "Shows the working tree status".into(),
             parameters: json!({"type": "object", "properties": {"repo_path": {"type": "string"}}}),
         };
-        let tools = existing_paths_only(&[reader, lister, git], &known, "look");
+        let tools = existing_paths_only(&[reader, lister.clone(), git], &known, "look");
         assert_eq!(
             tools[0].parameters["properties"]["path"]["enum"],
             json!(["docs/deep/far.md", "docs/plan.md", "notes.txt"])
         );
+        // A directory the message does not name is the working directory ("this folder").
         assert_eq!(
             tools[1].parameters["properties"]["path"]["enum"],
-            json!([".", "docs", "docs/deep"])
+            json!(["."])
+        );
+        let named = existing_paths_only(
+            std::slice::from_ref(&lister),
+            &known,
+            "what's in the docs folder and in src/app?",
+        );
+        assert_eq!(
+            named[0].parameters["properties"]["path"]["enum"],
+            json!(["docs", "src/app"])
         );
         assert_eq!(
             tools[2].parameters["properties"]["repo_path"]["enum"],

@@ -220,6 +220,11 @@ fn main() {
             natural::natural_twenty();
             return;
         }
+        if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("naturaldev") {
+            registry.shutdown().await;
+            natural::natural_dev();
+            return;
+        }
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("twenty") {
             registry.shutdown().await;
             natural::natural_twenty();
