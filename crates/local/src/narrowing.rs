@@ -5,6 +5,15 @@
 use serde_json::{Map, Value};
 use tether_protocol::chat::ToolDefinition;
 
+/// The words of `text`, lower-cased, without punctuation: what the narrowing modules match
+/// names, places and property words against.
+pub(crate) fn words_of(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
 /// Whether `schema` leaves its value open: one of `types`, with no `enum` or `const` yet.
 pub(crate) fn is_free(schema: &Value, types: &[&str]) -> bool {
     schema

@@ -12,7 +12,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use tether_protocol::chat::ToolDefinition;
 
-use crate::narrowing::{edit_properties, is_free};
+use crate::narrowing::{edit_properties, is_free, words_of};
 
 /// The qualified name of the built-in server's file reader (server "builtin").
 const READ_FILE: &str = "builtin__read_file";
@@ -286,11 +286,7 @@ pub fn read_named_files(
 /// modified?" was offered `get_file_info` first and the built-in reader beside it, and the
 /// small model read the file.
 pub fn property_tools_only(tools: &[ToolDefinition], text: &str) -> Vec<ToolDefinition> {
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
+    let words = words_of(text);
     let has = |list: &[&str]| words.iter().any(|w| list.contains(&w.as_str()));
     let asks_property = has(PROPERTY_WORDS) || (has(&["when"]) && has(CHANGE_WORDS));
     let reports = |tool: &ToolDefinition| {

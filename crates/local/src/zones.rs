@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use serde_json::json;
 use tether_protocol::chat::ToolDefinition;
 
-use crate::narrowing::{edit_properties, is_free};
+use crate::narrowing::{edit_properties, is_free, words_of};
 
 /// Where the tz database's tables live on Linux and macOS.
 const ZONEINFO: &str = "/usr/share/zoneinfo";
@@ -80,11 +80,7 @@ pub fn zones_named_in(text: &str) -> Vec<String> {
 
 fn named_in(text: &str, places: &[Place]) -> Vec<String> {
     // Words joined by single spaces, padded, so a place matches whole words only.
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
+    let words = words_of(text);
     let spaced = format!(" {} ", words.join(" "));
     let mut found: Vec<(usize, String)> = places
         .iter()
