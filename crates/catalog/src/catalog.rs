@@ -14,6 +14,7 @@ use tether_protocol::{QualifiedTool, Tool};
 
 use crate::intent;
 use crate::pins::{PinBook, PinReport};
+use crate::routing::Routing;
 use crate::search::{Hit, Ranking, SearchIndex};
 use crate::semantic::{SemanticRanker, ToolVectors};
 
@@ -40,8 +41,8 @@ pub struct Snapshot {
     app_only: bool,
     index: SearchIndex,
     /// Semantic ranking, when the catalogue has an encoder, and the tool vectors it made on
-    /// the first search that needed them.
-    semantic: Option<(SemanticRanker, OnceLock<ToolVectors>)>,
+    /// the first search that needed them, with the routing facts worked out from them.
+    semantic: Option<(SemanticRanker, OnceLock<(ToolVectors, Routing)>)>,
 }
 
 impl Snapshot {
@@ -196,16 +197,19 @@ impl Snapshot {
         match &self.semantic {
             Some((ranker, vectors)) if !query.trim().starts_with("select:") => {
                 // Until every tool has its vector (within the ranker's budget), by words alone.
-                let vectors = match vectors.get() {
-                    Some(vectors) => vectors,
+                let (vectors, routing) = match vectors.get() {
+                    Some(made) => made,
                     None => match ranker.tool_vectors_within(self.tools()) {
-                        Some(made) => vectors.get_or_init(|| made),
+                        Some(made) => vectors.get_or_init(|| {
+                            let routing = Routing::new(self.tools(), &made);
+                            (made, routing)
+                        }),
                         None => return (self.index.search(query, limit), false),
                     },
                 };
                 let lexical = self.index.search(query, usize::MAX);
                 (
-                    ranker.fuse(query, lexical, vectors, limit),
+                    ranker.fuse(query, lexical, vectors, routing, limit),
                     !vectors.is_empty(),
                 )
             }

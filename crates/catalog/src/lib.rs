@@ -11,9 +11,11 @@ mod intent;
 pub mod permission;
 pub mod pins;
 pub mod policy;
+pub mod routing;
 pub mod search;
 pub mod selection;
 pub mod semantic;
+mod values;
 
 pub use catalog::{
     Refresh, ServerTools, Snapshot, ToolCatalog, definition, estimate_tokens, one_line,

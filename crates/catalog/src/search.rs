@@ -277,7 +277,13 @@ impl SearchIndex {
         };
         let mut everyday: Vec<&str> = Vec::new();
         let mut stems: Vec<String> = Vec::new();
-        analyser.each_term(query, |term| {
+        // Exact names are looked for in the query as written (below).
+        let words = if self.ranking.analyse {
+            crate::values::without_values(query)
+        } else {
+            std::borrow::Cow::Borrowed(query)
+        };
+        analyser.each_term(&words, |term| {
             if let Some(&id) = self.vocabulary.get(term) {
                 add(&mut terms, id, 1.0);
             }
@@ -290,7 +296,7 @@ impl SearchIndex {
         });
         if self.ranking.analyse {
             // Two words a tool writes as one ("board game" for `boardgame`), as the whole word.
-            for pair in split_identifiers(query).windows(2) {
+            for pair in split_identifiers(&words).windows(2) {
                 if pair
                     .iter()
                     .all(|w| w.len() > 1 && w.chars().all(char::is_alphabetic))
@@ -318,6 +324,18 @@ impl SearchIndex {
                     add(&mut terms, id, EVERYDAY_WEIGHT);
                 }
             });
+        }
+        // Values the query names are arguments, not topics (left out above: "notes.txt" is
+        // no question about notes); their kind ("txt file") counts at the weight of an
+        // abbreviation, after the query's own words so a word it writes keeps its weight.
+        if self.ranking.analyse {
+            for said in crate::values::kind_words(query) {
+                analyser.each_term(&said, |term| {
+                    if let Some(&id) = self.vocabulary.get(term) {
+                        add(&mut terms, id, KIND_WEIGHT);
+                    }
+                });
+            }
         }
         for (id, weight) in terms {
             let postings = &self.postings[id as usize];
@@ -446,6 +464,9 @@ fn collect_parameters<'a>(
         }
     }
 }
+
+/// Weight of the words for the kind of a value the query names ("txt file" for notes.txt).
+const KIND_WEIGHT: f64 = 0.5;
 
 /// Weight of a tool name's abbreviation of a query word.
 const ABBREVIATION_WEIGHT: f64 = 0.5;
@@ -610,6 +631,24 @@ mod tests {
             tool("math", "add", "Add two numbers."),
             tool("git", "git_status", "Show the working tree status."),
         ]
+    }
+
+    #[test]
+    fn a_file_named_in_the_query_is_a_file_not_a_topic() {
+        let mut tools = catalogue();
+        tools.push(tool(
+            "music",
+            "note_duration",
+            "Duration of a musical note.",
+        ));
+        tools.push(tool("music", "notes_in_scale", "The notes of a scale."));
+        let index = SearchIndex::build(&tools, Ranking::default());
+        let hits = index.search("what's in my notes.txt?", 3);
+        assert_eq!(tools[hits[0].index].tool.name, "read_file", "{hits:?}");
+        // Plain BM25 reads the file's name as words.
+        let plain = SearchIndex::build(&tools, Ranking::plain());
+        let hits = plain.search("what's in my notes.txt?", 3);
+        assert_eq!(tools[hits[0].index].server, "music", "{hits:?}");
     }
 
     #[test]

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tether_protocol::QualifiedTool;
 
+use crate::routing::{Routing, z_scores};
 use crate::search::{Hit, split_identifiers};
+use crate::values;
 
 /// Weight of the semantic z-score against BM25's. Measured on the development sets (BFCL's
 /// four tuned categories, the 40 user-phrased questions, MetaTool's ToolE development part):
@@ -233,24 +235,26 @@ impl SemanticRanker {
     }
 
     /// Re-ranks: BM25's `lexical` hits (every matching tool, exact names flagged) fused with
-    /// the cosine of `query` to each of `vectors`; exact hits stay first, in their order.
+    /// the cosine of `query` to each of `vectors` and the `routing` nudges (the kind of value
+    /// the query names, the server closest to it); exact hits stay first, in their order.
     pub fn fuse(
         &self,
         query: &str,
         lexical: Vec<Hit>,
         vectors: &[Arc<[f32]>],
+        routing: &Routing,
         limit: usize,
     ) -> Vec<Hit> {
         let n = vectors.len();
         if n == 0 {
             return lexical;
         }
-        let query = self.encoder.encode(query);
+        let encoded = self.encoder.encode(&values::values_as_kinds(query));
         let dense: Vec<f64> = vectors
             .iter()
             .map(|v| {
                 v.iter()
-                    .zip(&query)
+                    .zip(&encoded)
                     .map(|(a, b)| f64::from(a * b))
                     .sum::<f64>()
             })
@@ -265,11 +269,14 @@ impl SemanticRanker {
             }
         }
         let (z_bm25, z_dense) = (z_scores(&bm25), z_scores(&dense));
+        let nudges = routing.nudges(query, &dense);
         let mut hits: Vec<Hit> = (0..n)
             .filter(|i| !exact.iter().any(|h| h.index == *i))
             .map(|i| Hit {
                 index: i,
-                score: z_bm25[i] + SEMANTIC_WEIGHT * z_dense[i],
+                score: z_bm25[i]
+                    + SEMANTIC_WEIGHT * z_dense[i]
+                    + nudges.get(i).copied().unwrap_or(0.0),
                 exact: false,
             })
             .collect();
@@ -308,17 +315,6 @@ pub fn tool_text(tool: &QualifiedTool) -> String {
     text
 }
 
-fn z_scores(values: &[f64]) -> Vec<f64> {
-    let n = values.len().max(1) as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let deviation = (values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n).sqrt();
-    values
-        .iter()
-        .map(|v| (v - mean) / (deviation + 1e-9))
-        .collect()
-}
-
-/// The cache file: entries of a 32-byte key, a little-endian u32 length, then the floats.
 fn read_cache(file: &PathBuf) -> HashMap<Key, Arc<[f32]>> {
     let mut vectors = HashMap::new();
     let Ok(bytes) = std::fs::read(file) else {
@@ -416,7 +412,13 @@ mod tests {
         };
         // "numbers" matches every arithmetic tool, `add` a little better (a shorter text).
         let lexical = vec![hit(0, 1.2), hit(1, 1.0), hit(2, 1.0)];
-        let hits = ranker.fuse("take away 9 from 30 numbers", lexical.clone(), &vectors, 4);
+        let hits = ranker.fuse(
+            "take away 9 from 30 numbers",
+            lexical.clone(),
+            &vectors,
+            &Routing::new(&tools, &vectors),
+            4,
+        );
         assert_eq!(hits[0].index, 1, "{hits:?}");
         assert_eq!(hits[3].index, 3, "{hits:?}");
         let mut named = lexical;
@@ -425,7 +427,13 @@ mod tests {
             score: 9.0,
             exact: true,
         });
-        let hits = ranker.fuse("take away 9 from 30 numbers", named, &vectors, 4);
+        let hits = ranker.fuse(
+            "take away 9 from 30 numbers",
+            named,
+            &vectors,
+            &Routing::new(&tools, &vectors),
+            4,
+        );
         assert_eq!((hits[0].index, hits[0].exact), (3, true), "{hits:?}");
         assert_eq!(hits[1].index, 1);
     }

@@ -1,0 +1,221 @@
+//! Two nudges to the fused ranking from what a query says beside its words: the kind of
+//! value it names (`values`: a file's name, a web address) favours the tools that take
+//! such a value, and the server whose tools as a whole sit closest to the query in meaning
+//! favours its own tools (the server-first routing of MCP-Zero, without its written server
+//! summaries: a server's tools are its summary).
+//!
+//! Both are small additions in the fused ranking's units (standard deviations over the
+//! catalogue), so a tool that matches the words and the meaning still wins; they decide between
+//! tools that words and meaning put close together, which is where a catalogue of thousands of
+//! tools from one big server hides the one a person's own servers offer for "what's in my
+//! notes.txt?".
+
+use std::sync::Arc;
+
+use tether_protocol::QualifiedTool;
+
+use crate::search::split_identifiers;
+use crate::values::{ValueKind, kinds_named};
+
+/// Added to a tool taking the kind of value the query names (docs/decisions.md).
+const KIND_BONUS: f64 = 1.0;
+
+/// Weight of the server's closeness (a z-score over the servers): as much as the tool's own
+/// closeness in meaning (docs/decisions.md).
+const SERVER_WEIGHT: f64 = 1.5;
+
+/// Fewer servers than this and the servers' z-scores say nothing.
+const MIN_SERVERS: usize = 3;
+
+/// The kinds of value `tool` takes, read from its parameters' names.
+pub(crate) fn kinds_taken(tool: &QualifiedTool) -> Vec<ValueKind> {
+    let mut kinds = Vec::new();
+    let Some(properties) = tool
+        .tool
+        .input_schema
+        .get("properties")
+        .and_then(|p| p.as_object())
+    else {
+        return kinds;
+    };
+    for name in properties.keys() {
+        for word in split_identifiers(name) {
+            let kind = match word.as_str() {
+                "path" | "paths" | "file" | "files" | "filename" | "filepath" | "dir"
+                | "directory" | "folder" => Some(ValueKind::Path),
+                "url" | "urls" | "uri" | "link" | "href" => Some(ValueKind::Url),
+                _ => None,
+            };
+            if let Some(kind) = kind.filter(|k| !kinds.contains(k)) {
+                kinds.push(kind);
+            }
+        }
+    }
+    kinds
+}
+
+/// What a snapshot's tools say about routing, worked out once per snapshot (with its tool
+/// vectors) so that a query pays only for the query: each tool's server and the kinds of value
+/// it takes, each server's centroid length.
+#[derive(Debug, Default)]
+pub struct Routing {
+    /// Each tool's server, as an index into `centroid_lengths`.
+    server_of: Vec<usize>,
+    /// The length of the mean of each server's tool vectors.
+    centroid_lengths: Vec<f64>,
+    /// The kinds of value each tool takes.
+    takes: Vec<Vec<ValueKind>>,
+}
+
+impl Routing {
+    /// The routing facts of `tools` with their unit `vectors` (in the same order).
+    pub fn new(tools: &[QualifiedTool], vectors: &[Arc<[f32]>]) -> Routing {
+        let mut names: Vec<&str> = Vec::new();
+        let server_of: Vec<usize> = tools
+            .iter()
+            .map(|tool| match names.iter().position(|n| *n == tool.server) {
+                Some(i) => i,
+                None => {
+                    names.push(&tool.server);
+                    names.len() - 1
+                }
+            })
+            .collect();
+        let mut sums: Vec<(Vec<f64>, usize)> = vec![(Vec::new(), 0); names.len()];
+        for (server, vector) in server_of.iter().zip(vectors) {
+            if let Some((sum, n)) = sums.get_mut(*server) {
+                sum.resize(vector.len().max(sum.len()), 0.0);
+                sum.iter_mut()
+                    .zip(vector.iter())
+                    .for_each(|(a, b)| *a += f64::from(*b));
+                *n += 1;
+            }
+        }
+        let centroid_lengths = sums
+            .iter()
+            .map(|(sum, n)| sum.iter().map(|x| x * x).sum::<f64>().sqrt() / (*n).max(1) as f64)
+            .collect();
+        Routing {
+            server_of,
+            centroid_lengths,
+            takes: tools.iter().map(kinds_taken).collect(),
+        }
+    }
+
+    /// What to add to each tool's fused score for `query`, in snapshot order: `KIND_BONUS`
+    /// for a tool taking a kind of value the query names, and `SERVER_WEIGHT` times its
+    /// server's closeness to the query as a z-score over the servers. A server's closeness is
+    /// the query's similarity to the direction of its tools' mean vector (the mean of `dense`,
+    /// the query's similarity to each tool, over the server's tools, divided by the mean
+    /// vector's length): a big server of unrelated tools is not pushed down for being diverse.
+    pub fn nudges(&self, query: &str, dense: &[f64]) -> Vec<f64> {
+        let mut nudge = vec![0.0; dense.len()];
+        let named = kinds_named(query);
+        if !named.is_empty() {
+            for (slot, takes) in nudge.iter_mut().zip(&self.takes) {
+                if takes.iter().any(|k| named.contains(k)) {
+                    *slot += KIND_BONUS;
+                }
+            }
+        }
+        let servers = self.centroid_lengths.len();
+        if servers < MIN_SERVERS || dense.len() != self.server_of.len() {
+            return nudge;
+        }
+        let mut sums = vec![(0.0, 0usize); servers];
+        for (server, similarity) in self.server_of.iter().zip(dense) {
+            if let Some((sum, n)) = sums.get_mut(*server) {
+                *sum += similarity;
+                *n += 1;
+            }
+        }
+        let closeness: Vec<f64> = sums
+            .iter()
+            .zip(&self.centroid_lengths)
+            .map(|((sum, n), length)| sum / (*n).max(1) as f64 / length.max(1e-6))
+            .collect();
+        let z = z_scores(&closeness);
+        for (slot, server) in nudge.iter_mut().zip(&self.server_of) {
+            *slot += SERVER_WEIGHT * z.get(*server).copied().unwrap_or(0.0);
+        }
+        nudge
+    }
+}
+
+/// Each value as standard deviations from the values' mean.
+pub(crate) fn z_scores(values: &[f64]) -> Vec<f64> {
+    let n = values.len().max(1) as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let deviation = (values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n).sqrt();
+    values
+        .iter()
+        .map(|v| (v - mean) / (deviation + 1e-9))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(server: &str, name: &str, parameters: &[&str]) -> QualifiedTool {
+        let properties: serde_json::Map<String, serde_json::Value> = parameters
+            .iter()
+            .map(|p| (p.to_string(), json!({"type": "string"})))
+            .collect();
+        QualifiedTool {
+            qualified_name: format!("{server}__{name}"),
+            server: server.into(),
+            tool: serde_json::from_value(json!({
+                "name": name,
+                "inputSchema": {"type": "object", "properties": properties}
+            }))
+            .unwrap(),
+        }
+    }
+
+    #[test]
+    fn parameters_say_what_a_tool_takes() {
+        let read = tool("files", "read", &["path", "encoding"]);
+        let fetch = tool("web", "fetch", &["url", "maxLength"]);
+        let add = tool("math", "add", &["a", "b"]);
+        assert_eq!(kinds_taken(&read), vec![ValueKind::Path]);
+        assert_eq!(kinds_taken(&fetch), vec![ValueKind::Url]);
+        assert!(kinds_taken(&add).is_empty());
+    }
+
+    #[test]
+    fn the_closest_server_and_the_named_kind_lift_their_tools() {
+        let tools = vec![
+            tool("files", "read", &["path"]),
+            tool("files", "write", &["path", "content"]),
+            tool("web", "fetch", &["url"]),
+            tool("math", "add", &["a", "b"]),
+            tool("math", "subtract", &["a", "b"]),
+        ];
+        let unit = |v: [f32; 3]| -> Arc<[f32]> {
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.iter().map(|x| x / n).collect::<Vec<_>>().into()
+        };
+        let vectors = vec![
+            unit([1.0, 0.0, 0.0]),
+            unit([1.0, 0.2, 0.0]),
+            unit([0.0, 1.0, 0.0]),
+            unit([0.0, 0.0, 1.0]),
+            unit([0.0, 0.2, 1.0]),
+        ];
+        let routing = Routing::new(&tools, &vectors);
+        // A query close to the files server's tools.
+        let dense = [0.9, 0.8, 0.1, 0.0, 0.05];
+        let nudges = routing.nudges("open it", &dense);
+        assert!(nudges[0] > 0.0 && nudges[1] > 0.0, "{nudges:?}");
+        assert!(nudges[3] < 0.0 && nudges[2] < nudges[0], "{nudges:?}");
+        // Naming a file lifts the tools taking a path by the kind's bonus alone.
+        let named = routing.nudges("open notes.txt", &dense);
+        assert!((named[0] - nudges[0] - KIND_BONUS).abs() < 1e-9);
+        assert!((named[3] - nudges[3]).abs() < 1e-9);
+        // Two servers say nothing about which is closer.
+        let two = Routing::new(&tools[..3], &vectors[..3]);
+        assert_eq!(two.nudges("open it", &dense[..3]), vec![0.0; 3]);
+    }
+}

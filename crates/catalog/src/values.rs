@@ -1,0 +1,158 @@
+//! The values a query names (a file's name or path, a web address), told apart from its
+//! words: they are arguments, not topics. "What's in my notes.txt?" asks about a file, not
+//! about notes; "budget.xlsx" is no budget tool's business. The word ranking leaves them out
+//! and counts their kind's words lightly; the meaning ranking reads them with their kind; the
+//! routing favours tools that take their kind.
+
+/// Kinds of value a query can name and a parameter can take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ValueKind {
+    /// A file or directory: `notes.txt`, `src/main.rs`, `~/Documents`.
+    Path,
+    /// A web address: `https://example.com`, `example.org/page`.
+    Url,
+}
+
+/// Top-level domains that make `name.tld` an address rather than a file.
+const DOMAINS: &[&str] = &[
+    "com", "org", "net", "io", "dev", "ai", "edu", "gov", "co", "uk", "de", "fr", "app",
+];
+
+/// The kinds of value `query` names.
+pub(crate) fn kinds_named(query: &str) -> Vec<ValueKind> {
+    let mut kinds = Vec::new();
+    for (kind, _) in query.split_whitespace().filter_map(value_of) {
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    kinds
+}
+
+/// `query` with each value it names (a file's name, a web address) replaced by words for its
+/// kind ("txt file", "png image file", "web page url"): "what's in my notes.txt?" asks about a file, not about notes, and "budget.xlsx" is
+/// no budget tool's business. The query's own text when it names none.
+pub(crate) fn values_as_kinds(query: &str) -> std::borrow::Cow<'_, str> {
+    if !query.split_whitespace().any(|t| value_of(t).is_some()) {
+        return std::borrow::Cow::Borrowed(query);
+    }
+    let words: Vec<String> = query
+        .split_whitespace()
+        .map(|token| {
+            value_of(token).map_or_else(
+                || token.to_string(),
+                |(_, words)| format!("{token} {words}"),
+            )
+        })
+        .collect();
+    std::borrow::Cow::Owned(words.join(" "))
+}
+
+/// `query` without the values it names, for the word ranking: "file" written in would weigh
+/// most for the tool with "file" in its name (`get_file_info` for "what's in notes.txt?"); the
+/// kind reaches the ranking as [`Routing::nudges`]' bonus and in the meaning of
+/// [`values_as_kinds`].
+pub(crate) fn without_values(query: &str) -> std::borrow::Cow<'_, str> {
+    if !query.split_whitespace().any(|t| value_of(t).is_some()) {
+        return std::borrow::Cow::Borrowed(query);
+    }
+    let words: Vec<&str> = query
+        .split_whitespace()
+        .filter(|token| value_of(token).is_none())
+        .collect();
+    std::borrow::Cow::Owned(words.join(" "))
+}
+
+/// The words for the kinds of value `query` names ("txt file", "web page url"), each once.
+pub(crate) fn kind_words(query: &str) -> Vec<String> {
+    let mut words: Vec<String> = Vec::new();
+    for (_, said) in query.split_whitespace().filter_map(value_of) {
+        if !words.contains(&said) {
+            words.push(said);
+        }
+    }
+    words
+}
+
+/// The kind of value `token` is, and the words that stand for it in a search, if it is one.
+fn value_of(token: &str) -> Option<(ValueKind, String)> {
+    let token = token.trim_matches(|c: char| {
+        matches!(
+            c,
+            '"' | '\'' | '`' | '(' | ')' | ',' | ';' | ':' | '?' | '!' | '<' | '>'
+        )
+    });
+    let token = token.trim_end_matches('.');
+    if token.contains("://") || token.starts_with("www.") {
+        return Some((ValueKind::Url, "web page url".into()));
+    }
+    if let Some((stem, extension)) = token.rsplit_once('.') {
+        let stem = stem.rsplit('/').next().unwrap_or(stem);
+        let plausible = !stem.is_empty()
+            && (1..=5).contains(&extension.len())
+            && extension.chars().all(|c| c.is_ascii_alphanumeric())
+            && extension.chars().any(|c| c.is_ascii_alphabetic())
+            && !stem.chars().all(|c| c.is_ascii_digit() || c == '.');
+        if !plausible {
+            return None;
+        }
+        let extension = extension.to_ascii_lowercase();
+        if DOMAINS.contains(&extension.as_str()) {
+            return Some((ValueKind::Url, "web page url".into()));
+        }
+        return Some((
+            ValueKind::Path,
+            format!("{extension} {}", file_words(&extension)),
+        ));
+    }
+    let path = token.len() > 1
+        && (token.starts_with('/') || token.starts_with("~/") || token.starts_with("./"));
+    match (path, token.ends_with('/')) {
+        (true, true) => Some((ValueKind::Path, "directory".into())),
+        (true, false) => Some((ValueKind::Path, "file".into())),
+        _ => None,
+    }
+}
+
+/// Words for a file by its extension: what it holds where the extension says (an image, a
+/// sound), else a file.
+fn file_words(extension: &str) -> &'static str {
+    match extension {
+        "png" | "jpg" | "jpeg" | "gif" | "webp" | "bmp" | "svg" | "tiff" | "heic" => "image file",
+        "mp3" | "wav" | "ogg" | "flac" | "m4a" => "audio file",
+        "mp4" | "mov" | "avi" | "mkv" | "webm" => "video file",
+        _ => "file",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_and_addresses_are_values_and_numbers_are_not() {
+        assert_eq!(
+            values_as_kinds("what's in my notes.txt?"),
+            "what's in my notes.txt? txt file"
+        );
+        assert_eq!(without_values("what's in my notes.txt?"), "what's in my");
+        assert_eq!(
+            values_as_kinds("look at \"photo.PNG\" and ~/docs/"),
+            "look at \"photo.PNG\" png image file and ~/docs/ directory"
+        );
+        assert_eq!(
+            without_values("fetch https://example.org/a.html or example.com."),
+            "fetch or"
+        );
+        assert_eq!(
+            values_as_kinds("open example.com"),
+            "open example.com web page url"
+        );
+        for plain in ["what is 3.14 times 2.5?", "add 2 and 2. Then stop"] {
+            assert_eq!(values_as_kinds(plain), plain);
+            assert_eq!(without_values(plain), plain);
+        }
+        assert_eq!(kinds_named("read src/main.rs"), vec![ValueKind::Path]);
+        assert!(kinds_named("version 1.2.3 of it").is_empty());
+    }
+}
