@@ -249,16 +249,24 @@ pub fn files_named_in(text: &str, files: &[String]) -> Vec<String> {
 /// alone, its path limited to those files. A message that names a file is about that file;
 /// but when another server's tool that takes a file or a directory was offered too (the
 /// search ranked it for this message: `list_directory_with_sizes` for "how big is
-/// notes.txt?"), the model chooses. Tools that take a repository (`git_show`) do not count.
+/// notes.txt?"), the model chooses. Tools that take a repository (`git_show`) do not count,
+/// nor tools that report a file's properties when the message asks none of them ("what's in
+/// docs/plan.md?" is about what it says). A message that asks to note or store something
+/// ("Note in memory that Carol is a doctor" beside a `memory.jsonl`) is no request to read.
 pub fn read_named_files(
     tools: &[ToolDefinition],
     text: &str,
     files: &[String],
 ) -> Option<Vec<ToolDefinition>> {
+    if asks_to_store(text) {
+        return None;
+    }
     let builtin = READ_FILE.split("__").next().unwrap_or_default();
+    let asks_property = asks_property(text);
     let others_take_files = tools
         .iter()
         .filter(|t| t.name.split("__").next() != Some(builtin))
+        .filter(|t| asks_property || !reports_properties(t))
         .any(|t| {
             t.parameters["properties"].as_object().is_some_and(|p| {
                 p.iter().any(|(name, schema)| {
@@ -280,30 +288,66 @@ pub fn read_named_files(
     Some(vec![read])
 }
 
+/// Words that, first in a message, ask to store what follows.
+const STORING: &[&str] = &[
+    "note", "jot", "remember", "record", "store", "save", "write", "add", "append", "log",
+];
+
+/// Whether `text` opens by asking to store something ("Note in memory that…", "Remember…").
+fn asks_to_store(text: &str) -> bool {
+    words_of(text)
+        .first()
+        .is_some_and(|w| STORING.contains(&w.as_str()))
+}
+
+/// Whether `text` asks about a file's properties (its size, when it changed, its
+/// permissions) rather than what it says.
+fn asks_property(text: &str) -> bool {
+    let words = words_of(text);
+    let has = |list: &[&str]| words.iter().any(|w| list.contains(&w.as_str()));
+    has(PROPERTY_WORDS) || (has(&["when"]) && has(CHANGE_WORDS))
+}
+
+/// Whether `tool` reports files' properties (`get_file_info`, `list_directory_with_sizes`).
+fn reports_properties(tool: &ToolDefinition) -> bool {
+    let name = tool
+        .name
+        .rsplit("__")
+        .next()
+        .unwrap_or(&tool.name)
+        .to_lowercase();
+    ["info", "stat", "metadata", "size"]
+        .iter()
+        .any(|w| name.contains(w))
+}
+
 /// When `text` asks about a file's properties rather than its content (its size, when it was
 /// modified or created, its permissions) and a tool that reports them is offered
 /// (`get_file_info`, `list_directory_with_sizes`): those tools alone. "When was notes.txt last
 /// modified?" was offered `get_file_info` first and the built-in reader beside it, and the
-/// small model read the file.
+/// small model read the file. The other way round, a message that writes out a file's path
+/// and asks none of its properties loses the tools that only report them, when others are
+/// offered: "What's in docs/plan.md?" was answered with the file's size and dates.
 pub fn property_tools_only(tools: &[ToolDefinition], text: &str) -> Vec<ToolDefinition> {
-    let words = words_of(text);
-    let has = |list: &[&str]| words.iter().any(|w| list.contains(&w.as_str()));
-    let asks_property = has(PROPERTY_WORDS) || (has(&["when"]) && has(CHANGE_WORDS));
-    let reports = |tool: &ToolDefinition| {
-        let name = tool
-            .name
-            .rsplit("__")
-            .next()
-            .unwrap_or(&tool.name)
-            .to_lowercase();
-        ["info", "stat", "metadata", "size"]
-            .iter()
-            .any(|w| name.contains(w))
-    };
-    if !asks_property || !tools.iter().any(reports) {
+    let reporting = tools.iter().filter(|t| reports_properties(t)).count();
+    if reporting == 0 {
         return tools.to_vec();
     }
-    tools.iter().filter(|t| reports(t)).cloned().collect()
+    if asks_property(text) {
+        return tools
+            .iter()
+            .filter(|t| reports_properties(t))
+            .cloned()
+            .collect();
+    }
+    if !paths_written_in(text).is_empty() && reporting < tools.len() {
+        return tools
+            .iter()
+            .filter(|t| !reports_properties(t))
+            .cloned()
+            .collect();
+    }
+    tools.to_vec()
 }
 
 /// Words that ask about a file's properties, not what it says.
@@ -453,8 +497,14 @@ mod tests {
             assert_eq!(kept.len(), 1, "{asked}");
             assert_eq!(kept[0].name, info.name, "{asked}");
         }
+        // A file's path and no property asked: what it says, so not the reporter.
         assert_eq!(
-            property_tools_only(&offered, "what's in notes.txt?").len(),
+            property_tools_only(&offered, "what's in docs/plan.md?"),
+            [read_file()]
+        );
+        // No path written: the model chooses.
+        assert_eq!(
+            property_tools_only(&offered, "what's in my notes?").len(),
             2
         );
         // Without a tool that reports properties, the reader stays.
@@ -602,6 +652,24 @@ mod tests {
             parameters: json!({"type": "object", "properties": {"repo_path": {"type": "string"}}}),
         };
         assert!(read_named_files(&[show, read_file()], "show me my notes", &files).is_some());
+        // A reporter of properties is no other reader when no property is asked.
+        let info = ToolDefinition {
+            name: "files__get_file_info".into(),
+            ..read_file()
+        };
+        assert!(
+            read_named_files(&[info.clone(), read_file()], "what's in notes.txt?", &files)
+                .is_some()
+        );
+        // Asked to note something, a file's stem in the message is no request to read it.
+        assert!(
+            read_named_files(
+                &[read_file()],
+                "Note in my notes that Carol is a doctor",
+                &files
+            )
+            .is_none()
+        );
         let sizes = ToolDefinition {
             name: "fs__list_directory_with_sizes".into(),
             ..read_file()
