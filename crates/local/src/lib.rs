@@ -17,6 +17,7 @@ mod answer_guards;
 mod call_policy;
 pub mod described;
 pub mod grammar;
+mod named;
 mod narrowing;
 pub mod numbers;
 pub mod paths;
@@ -407,6 +408,7 @@ impl LocalProvider {
                     let narrowed = paths::existing_paths_only(&narrowed, &known, text);
                     let narrowed = numbers::written_numbers_only(&narrowed, text);
                     let narrowed = described::described_values_only(&narrowed, text);
+                    let narrowed = named::named_things_only(&narrowed, text);
                     let narrowed = revisions::known_revisions_only(&narrowed, &revisions, text);
                     tool_call_grammar(&zones::named_zones_only(&narrowed, &zones))
                 }
