@@ -24,6 +24,11 @@ const KIND_BONUS: f64 = 1.0;
 /// closeness in meaning (docs/decisions.md).
 const SERVER_WEIGHT: f64 = 1.5;
 
+/// Added to the tools of a server the query names ("note in memory that…" beside a server
+/// called `memory`): nearly what naming a tool does, which puts it first outright; a server
+/// named for a common word ("time", "everything") lifts its tools without deciding.
+const SERVER_NAMED_BONUS: f64 = 3.0;
+
 /// Fewer servers than this and the servers' z-scores say nothing.
 const MIN_SERVERS: usize = 3;
 
@@ -65,6 +70,8 @@ pub struct Routing {
     centroid_lengths: Vec<f64>,
     /// The kinds of value each tool takes.
     takes: Vec<Vec<ValueKind>>,
+    /// Each server's name as lower-cased words (`brave-search` → `brave`, `search`).
+    server_names: Vec<Vec<String>>,
 }
 
 impl Routing {
@@ -96,6 +103,7 @@ impl Routing {
             .map(|(sum, n)| sum.iter().map(|x| x * x).sum::<f64>().sqrt() / (*n).max(1) as f64)
             .collect();
         Routing {
+            server_names: names.iter().map(|n| words_of(n)).collect(),
             server_of,
             centroid_lengths,
             takes: tools.iter().map(kinds_taken).collect(),
@@ -103,7 +111,8 @@ impl Routing {
     }
 
     /// What to add to each tool's fused score for `query`, in snapshot order: `KIND_BONUS`
-    /// for a tool taking a kind of value the query names, and `SERVER_WEIGHT` times its
+    /// for a tool taking a kind of value the query names, `SERVER_NAMED_BONUS` for the tools of
+    /// a server the query names, and `SERVER_WEIGHT` times its
     /// server's closeness to the query as a z-score over the servers. A server's closeness is
     /// the query's similarity to the direction of its tools' mean vector (the mean of `dense`,
     /// the query's similarity to each tool, over the server's tools, divided by the mean
@@ -116,6 +125,17 @@ impl Routing {
                 if takes.iter().any(|k| named.contains(k)) {
                     *slot += KIND_BONUS;
                 }
+            }
+        }
+        let words = words_of(query);
+        let server_named: Vec<bool> = self
+            .server_names
+            .iter()
+            .map(|name| !name.is_empty() && words.windows(name.len()).any(|w| w == &name[..]))
+            .collect();
+        for (slot, server) in nudge.iter_mut().zip(&self.server_of) {
+            if server_named.get(*server).copied().unwrap_or(false) {
+                *slot += SERVER_NAMED_BONUS;
             }
         }
         let servers = self.centroid_lengths.len();
@@ -140,6 +160,14 @@ impl Routing {
         }
         nudge
     }
+}
+
+/// The lower-cased words of `text`.
+fn words_of(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
 }
 
 /// Each value as standard deviations from the values' mean.
@@ -214,6 +242,10 @@ mod tests {
         let named = routing.nudges("open notes.txt", &dense);
         assert!((named[0] - nudges[0] - KIND_BONUS).abs() < 1e-9);
         assert!((named[3] - nudges[3]).abs() < 1e-9);
+        // A server the query names lifts its tools by the bonus, whatever their closeness.
+        let said = routing.nudges("open it with math", &dense);
+        assert!((said[3] - nudges[3] - SERVER_NAMED_BONUS).abs() < 1e-9);
+        assert!((said[0] - nudges[0]).abs() < 1e-9);
         // Two servers say nothing about which is closer.
         let two = Routing::new(&tools[..3], &vectors[..3]);
         assert_eq!(two.nudges("open it", &dense[..3]), vec![0.0; 3]);
