@@ -98,8 +98,8 @@ pub fn default_threads() -> i32 {
 }
 
 /// Threads for one request when none were set: the physical cores less those another job is
-/// keeping busy right now (`procs_running` in `/proc/stat`, less this process's own running
-/// threads), at least one.
+/// keeping busy right now (`procs_running` in `/proc/stat`, less the running threads of this
+/// process and of the servers it started, the fewest of a few samples), at least one.
 /// llama.cpp's threads meet at a barrier after every layer, so one thread that shares its core
 /// with another job holds all the others back: on a two-core machine with one busy job, two
 /// threads took twice as long as one.
@@ -108,30 +108,100 @@ pub fn threads_for_now() -> i32 {
     let logical = std::thread::available_parallelism()
         .map(|n| i32::try_from(n.get()).unwrap_or(i32::MAX))
         .unwrap_or(1);
-    let running = std::fs::read_to_string("/proc/stat").ok().and_then(|stat| {
+    // Sampled a few times a millisecond apart, the fewest: a thread that runs for an instant
+    // (this process's own runtime, a server starting up) is no job keeping a core busy, and
+    // one sample took it for one on a quiet machine and halved the threads.
+    let ours = own_processes();
+    let mut others: Option<i32> = None;
+    for sample in 0..SAMPLES {
+        if sample > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let Some(running) = procs_running() else {
+            return physical;
+        };
+        let now = running - running_tasks(&ours).max(1);
+        others = Some(others.map_or(now, |o| o.min(now)));
+    }
+    threads_left(physical, logical, others.unwrap_or(0))
+}
+
+/// How many times [`threads_for_now`] looks at the running tasks.
+const SAMPLES: usize = 5;
+
+/// The machine's running tasks (`procs_running` in `/proc/stat`).
+fn procs_running() -> Option<i32> {
+    std::fs::read_to_string("/proc/stat").ok().and_then(|stat| {
         stat.lines()
             .find_map(|l| l.strip_prefix("procs_running "))
             .and_then(|n| n.trim().parse::<i32>().ok())
-    });
-    // This process's threads that are running now (this one among them) are not another job.
-    let own = std::fs::read_dir("/proc/self/task")
-        .map(|tasks| {
-            tasks
-                .flatten()
-                .filter(|task| {
-                    std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
-                        stat.rsplit(')')
-                            .next()
-                            .is_some_and(|rest| rest.trim_start().starts_with('R'))
-                    })
-                })
-                .count()
-        })
-        .map_or(1, |n| i32::try_from(n).unwrap_or(1).max(1));
-    match running {
-        Some(running) => threads_left(physical, logical, running - own),
-        None => physical,
+    })
+}
+
+/// This process and the processes it started (its servers, theirs), from `/proc`.
+fn own_processes() -> Vec<u32> {
+    let me = std::process::id();
+    // Every process's parent, to find this one's descendants.
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let parent = std::fs::read_to_string(entry.path().join("stat"))
+                .ok()
+                .and_then(|stat| parent_in_stat(&stat));
+            if let Some(parent) = parent {
+                parents.push((pid, parent));
+            }
+        }
     }
+    let mut ours = vec![me];
+    let mut i = 0;
+    while let Some(&pid) = ours.get(i) {
+        ours.extend(parents.iter().filter(|(_, p)| *p == pid).map(|(c, _)| *c));
+        i += 1;
+    }
+    ours
+}
+
+/// The running threads of `processes`.
+fn running_tasks(processes: &[u32]) -> i32 {
+    let running: usize = processes
+        .iter()
+        .map(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |tasks| {
+                tasks
+                    .flatten()
+                    .filter(|task| {
+                        std::fs::read_to_string(task.path().join("stat"))
+                            .is_ok_and(|stat| state_in_stat(&stat) == Some('R'))
+                    })
+                    .count()
+            })
+        })
+        .sum();
+    i32::try_from(running).unwrap_or(i32::MAX)
+}
+
+/// The state letter of a `/proc/…/stat` line (after the command's closing parenthesis, which
+/// a command name may itself contain).
+fn state_in_stat(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// The parent's pid in a `/proc/…/stat` line.
+fn parent_in_stat(stat: &str) -> Option<u32> {
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// [`threads_for_now`]'s arithmetic: `others` is how many other threads are running.
@@ -485,6 +555,7 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
         .with_n_batch(u32::try_from(batch_size).unwrap_or(u32::MAX))
         .with_n_threads(threads)
         .with_n_threads_batch(threads);
+    let started = std::time::Instant::now();
     let mut context = model
         .new_context(backend, params)
         .map_err(|e| fail(format!("cannot create a context: {e}")))?;
@@ -500,9 +571,11 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
             )
             .map_err(|e| fail(format!("cannot queue the prompt: {e}")))?;
     }
+    let made = started.elapsed();
     context
         .decode(&mut batch)
         .map_err(|e| fail(format!("cannot evaluate the prompt: {e}")))?;
+    let evaluated = started.elapsed();
 
     // Grammar-constrained decoding checks the greedy token first and only filters the whole
     // vocabulary when that token breaks the grammar: filtering 49k candidates against a
@@ -612,6 +685,14 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
         output_tokens: generated,
     })));
     tracing::debug!(?mode, tokens = generated, %text, "embedded model output");
+    tracing::debug!(
+        threads,
+        prompt_tokens = tokens.len(),
+        context_ms = made.as_millis() as u64,
+        prompt_ms = (evaluated - made).as_millis() as u64,
+        generation_ms = (started.elapsed() - evaluated).as_millis() as u64,
+        "embedded model timing"
+    );
     if mode != CallMode::Answer {
         // The first complete call in the text, as a native tool call.
         let calls = find_call(&text);
@@ -721,6 +802,16 @@ mod tests {
             "{told}"
         );
         assert_eq!(unfinished_call("Just an answer."), "Just an answer.");
+    }
+
+    #[test]
+    fn a_stat_line_gives_state_and_parent_whatever_the_command() {
+        let stat = "4242 (tether (x) y) R 17 4242 4242 0 -1 4194560";
+        assert_eq!(state_in_stat(stat), Some('R'));
+        assert_eq!(parent_in_stat(stat), Some(17));
+        assert_eq!(state_in_stat("garbage"), None);
+        // This test's own thread is running while it counts.
+        assert!(running_tasks(&own_processes()) >= 1);
     }
 
     #[test]
