@@ -8,7 +8,7 @@
 
 use tether_protocol::QualifiedTool;
 
-use crate::search::Hit;
+use crate::search::{Hit, words_of};
 
 /// What a message asks of the tools, as far as its words tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,11 +50,7 @@ const ASKING: &[&str] = &[
 /// holds ("what was the last commit?"); otherwise a verb of removing or of changing anywhere
 /// makes it one of those ("can you remember that…?"), and a question mark a question.
 pub(crate) fn intent_of(text: &str) -> Intent {
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
+    let words = words_of(text);
     let first = words.first().map(String::as_str).unwrap_or_default();
     let any = |verbs: &[&str]| words.iter().any(|w| verbs.contains(&w.as_str()));
     if ASKING.contains(&first) {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use tether_protocol::QualifiedTool;
 
-use crate::search::split_identifiers;
+use crate::search::{split_identifiers, words_of};
 use crate::values::{ValueKind, kinds_named};
 
 /// Added to a tool taking the kind of value the query names (docs/decisions.md).
@@ -160,14 +160,6 @@ impl Routing {
         }
         nudge
     }
-}
-
-/// The lower-cased words of `text`.
-fn words_of(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect()
 }
 
 /// Each value as standard deviations from the values' mean.

@@ -608,6 +608,15 @@ pub fn split_identifiers(text: &str) -> Vec<String> {
     words
 }
 
+/// The lower-cased words of `text` as written, split at every character that is not a letter
+/// or a digit (identifiers are not split: see [`split_identifiers`]).
+pub(crate) fn words_of(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,8 @@
 use serde_json::Value;
 use tether_protocol::chat::{Message, SERVER_INSTRUCTIONS_OPENING, ToolDefinition};
 
+use crate::narrowing::identifier_words;
+
 /// Told to a small model whose tools do not fit the message.
 pub(crate) const NO_TOOL_FITS: &str = "None of your tools fits this message. If it asks you to look \
     something up or to do something (the weather, news, prices, a booking), say that you have \
@@ -110,19 +112,9 @@ pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
         "was", "will", "would", "could", "should", "about", "there", "here", "them", "they",
         "then", "like", "just", "some", "also", "very", "much", "want", "need",
     ];
+    // camelCase and snake_case names count by their parts too.
     let words = |text: &str| -> Vec<String> {
-        let mut out = Vec::new();
-        for chunk in text.split(|c: char| !c.is_alphanumeric()) {
-            // camelCase and snake_case names count by their parts too.
-            let mut word = String::new();
-            for c in chunk.chars() {
-                if c.is_uppercase() && !word.is_empty() {
-                    out.push(std::mem::take(&mut word));
-                }
-                word.extend(c.to_lowercase());
-            }
-            out.push(word);
-        }
+        let mut out = identifier_words(text);
         out.retain(|w| w.len() >= 3 && !IGNORED.contains(&w.as_str()));
         out
     };

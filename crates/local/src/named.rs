@@ -6,7 +6,7 @@
 use serde_json::json;
 use tether_protocol::chat::ToolDefinition;
 
-use crate::narrowing::{edit_properties, is_free};
+use crate::narrowing::{edit_properties, identifier_words, is_free};
 
 /// Words before a kind's noun that are not a name: "the table", "which branch", "a new file".
 const NOT_NAMES: &[&str] = &[
@@ -46,19 +46,7 @@ const LEFT_TO_OTHERS: &[&str] = &[
 /// The kind a parameter is named after: `table_name` and `tableName` → `table`, `branch` →
 /// `branch`; none for names of two kinds (`branch_type`) or for [`LEFT_TO_OTHERS`].
 fn kind_of(parameter: &str) -> Option<String> {
-    let mut words: Vec<String> = Vec::new();
-    let mut word = String::new();
-    for c in parameter.chars() {
-        if (c == '_' || c == '-' || c.is_uppercase()) && !word.is_empty() {
-            words.push(std::mem::take(&mut word));
-        }
-        if c.is_alphanumeric() {
-            word.extend(c.to_lowercase());
-        }
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
+    let mut words = identifier_words(parameter);
     if words.last().is_some_and(|w| w == "name") && words.len() > 1 {
         words.pop();
     }

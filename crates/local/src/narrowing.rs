@@ -1,6 +1,6 @@
-//! The walk the argument-narrowing modules (`paths`, `numbers`, `described`, `zones`) share:
-//! a copy of each offered tool with its properties handed over for editing, and what counts as
-//! a value still left open.
+//! The walk the argument-narrowing modules (`paths`, `numbers`, `described`, `named`, `zones`)
+//! share: a copy of each offered tool with its properties handed over for editing, what counts
+//! as a value still left open, and the words of a message or an identifier.
 
 use serde_json::{Map, Value};
 use tether_protocol::chat::ToolDefinition;
@@ -12,6 +12,25 @@ pub(crate) fn words_of(text: &str) -> Vec<String> {
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
         .collect()
+}
+
+/// The lower-cased words of `text` with identifiers split too: `tableName`, `table_name` and
+/// `table-name` all give `table`, `name`.
+pub(crate) fn identifier_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    for chunk in text.split(|c: char| !c.is_alphanumeric()) {
+        let mut word = String::new();
+        for c in chunk.chars() {
+            if c.is_uppercase() && !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+            word.extend(c.to_lowercase());
+        }
+        if !word.is_empty() {
+            words.push(word);
+        }
+    }
+    words
 }
 
 /// Whether `schema` leaves its value open: one of `types`, with no `enum` or `const` yet.
