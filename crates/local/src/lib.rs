@@ -15,18 +15,22 @@
 
 mod answer_guards;
 mod call_policy;
+mod decoding;
 pub mod described;
+mod draft;
 pub mod grammar;
 mod named;
 mod narrowing;
 pub mod numbers;
 pub mod paths;
+pub mod prompt_cache;
 pub mod revisions;
 pub mod template;
+mod threads;
 pub mod zones;
 
 use std::num::NonZeroU32;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
@@ -48,14 +52,19 @@ use crate::call_policy::{
     NO_TOOL_ANSWER, NO_TOOL_FITS, asks_to_look_up_unserved, mentions_a_tool, this_turn_text,
     with_system_note, without_server_instructions,
 };
+use crate::decoding::{call_draft, continue_decoding, grammar_token, queue, shared_tokens};
 use crate::grammar::tool_call_grammar;
+use crate::prompt_cache::PromptCache;
 use crate::template::ChatTemplate;
+pub use crate::threads::{default_threads, threads_for_now};
 
 /// The model name `--model local` stands for.
 pub const DEFAULT_MODEL_NAME: &str = "local:SmolLM2-135M-Instruct";
 const MAX_CONTEXT: u32 = 8192;
 const DEFAULT_MAX_TOKENS: u32 = 512;
 const MAX_CALL_TOKENS: u32 = 256;
+/// The most tokens drafted at once: a tool's name and its first argument's key.
+const MAX_DRAFT_TOKENS: usize = 24;
 
 static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
 
@@ -70,151 +79,14 @@ fn backend() -> Result<&'static LlamaBackend, LlmError> {
         .map_err(|e| LlmError::Config(e.clone()))
 }
 
-/// Physical cores, which is what llama.cpp runs best on.
-pub fn default_threads() -> i32 {
-    let logical = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let physical = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .map(|info| {
-            let mut pairs = std::collections::HashSet::new();
-            let mut physical_id = String::new();
-            for line in info.lines() {
-                if let Some(v) = line.strip_prefix("physical id") {
-                    physical_id = v.trim_start_matches([' ', '\t', ':']).to_string();
-                } else if let Some(v) = line.strip_prefix("core id") {
-                    pairs.insert((
-                        physical_id.clone(),
-                        v.trim_start_matches([' ', '\t', ':']).to_string(),
-                    ));
-                }
-            }
-            pairs.len()
-        })
-        .filter(|&n| n > 0)
-        .unwrap_or(logical);
-    i32::try_from(physical.min(logical).max(1)).unwrap_or(1)
-}
-
-/// Threads for one request when none were set: the physical cores less those another job is
-/// keeping busy right now (`procs_running` in `/proc/stat`, less the running threads of this
-/// process and of the servers it started, the fewest of a few samples), at least one.
-/// llama.cpp's threads meet at a barrier after every layer, so one thread that shares its core
-/// with another job holds all the others back: on a two-core machine with one busy job, two
-/// threads took twice as long as one.
-pub fn threads_for_now() -> i32 {
-    let physical = default_threads();
-    let logical = std::thread::available_parallelism()
-        .map(|n| i32::try_from(n.get()).unwrap_or(i32::MAX))
-        .unwrap_or(1);
-    // Sampled a few times a millisecond apart, the fewest: a thread that runs for an instant
-    // (this process's own runtime, a server starting up) is no job keeping a core busy, and
-    // one sample took it for one on a quiet machine and halved the threads.
-    let ours = own_processes();
-    let mut others: Option<i32> = None;
-    for sample in 0..SAMPLES {
-        if sample > 0 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let Some(running) = procs_running() else {
-            return physical;
-        };
-        let now = running - running_tasks(&ours).max(1);
-        others = Some(others.map_or(now, |o| o.min(now)));
-    }
-    threads_left(physical, logical, others.unwrap_or(0))
-}
-
-/// How many times [`threads_for_now`] looks at the running tasks.
-const SAMPLES: usize = 5;
-
-/// The machine's running tasks (`procs_running` in `/proc/stat`).
-fn procs_running() -> Option<i32> {
-    std::fs::read_to_string("/proc/stat").ok().and_then(|stat| {
-        stat.lines()
-            .find_map(|l| l.strip_prefix("procs_running "))
-            .and_then(|n| n.trim().parse::<i32>().ok())
-    })
-}
-
-/// This process and the processes it started (its servers, theirs), from `/proc`.
-fn own_processes() -> Vec<u32> {
-    let me = std::process::id();
-    // Every process's parent, to find this one's descendants.
-    let mut parents: Vec<(u32, u32)> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let parent = std::fs::read_to_string(entry.path().join("stat"))
-                .ok()
-                .and_then(|stat| parent_in_stat(&stat));
-            if let Some(parent) = parent {
-                parents.push((pid, parent));
-            }
-        }
-    }
-    let mut ours = vec![me];
-    let mut i = 0;
-    while let Some(&pid) = ours.get(i) {
-        ours.extend(parents.iter().filter(|(_, p)| *p == pid).map(|(c, _)| *c));
-        i += 1;
-    }
-    ours
-}
-
-/// The running threads of `processes`.
-fn running_tasks(processes: &[u32]) -> i32 {
-    let running: usize = processes
-        .iter()
-        .map(|pid| {
-            std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |tasks| {
-                tasks
-                    .flatten()
-                    .filter(|task| {
-                        std::fs::read_to_string(task.path().join("stat"))
-                            .is_ok_and(|stat| state_in_stat(&stat) == Some('R'))
-                    })
-                    .count()
-            })
-        })
-        .sum();
-    i32::try_from(running).unwrap_or(i32::MAX)
-}
-
-/// The state letter of a `/proc/…/stat` line (after the command's closing parenthesis, which
-/// a command name may itself contain).
-fn state_in_stat(stat: &str) -> Option<char> {
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-/// The parent's pid in a `/proc/…/stat` line.
-fn parent_in_stat(stat: &str) -> Option<u32> {
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// [`threads_for_now`]'s arithmetic: `others` is how many other threads are running.
-fn threads_left(physical: i32, logical: i32, others: i32) -> i32 {
-    physical.min(logical - others.max(0)).max(1)
-}
-
 /// A loaded model, shared by every request.
 struct Engine {
     model: LlamaModel,
     template: ChatTemplate,
     threads: i32,
     context_size: u32,
+    /// Where the state after each prompt's system turn is kept, when anywhere.
+    prompt_cache: Option<PromptCache>,
 }
 
 /// Settings of the embedded provider.
@@ -224,6 +96,8 @@ pub struct LocalOptions {
     pub grammar: bool,
     /// Threads for llama.cpp; 0: chosen per request ([`threads_for_now`]).
     pub threads: i32,
+    /// A folder for the [prompt cache](prompt_cache); `None`: every prompt evaluated whole.
+    pub prompt_cache: Option<PathBuf>,
 }
 
 impl Default for LocalOptions {
@@ -231,6 +105,7 @@ impl Default for LocalOptions {
         LocalOptions {
             grammar: true,
             threads: 0,
+            prompt_cache: None,
         }
     }
 }
@@ -275,6 +150,10 @@ impl LocalProvider {
             template,
             threads: options.threads,
             context_size,
+            prompt_cache: options
+                .prompt_cache
+                .clone()
+                .map(|dir| PromptCache::new(dir, path)),
         };
         Ok(LocalProvider {
             name,
@@ -367,8 +246,12 @@ impl Provider for LocalProvider {
 /// What one request runs: the rendered prompt, the grammar of a call, how it is decoded.
 struct Prepared {
     prompt: String,
+    /// Where the prompt's system turn ends, the part the prompt cache keeps (0: none).
+    shared_end: usize,
     /// The GBNF grammar of a call, when one is required or allowed.
     grammar: Option<String>,
+    /// The tools of a required call, whose fixed text is drafted ([`draft`]).
+    call_tools: Option<Vec<ToolDefinition>>,
     mode: CallMode,
     max_tokens: u32,
     /// What to answer instead when an answer turns out to be another call.
@@ -453,10 +336,10 @@ impl LocalProvider {
         } else {
             &request.messages[..]
         };
-        let prompt = self
+        let rendered = self
             .engine
             .template
-            .render(messages, tools, Some(&guide), !small)
+            .render_split(messages, tools, Some(&guide), !small)
             .map_err(|e| LlmError::InvalidResponse {
                 provider: self.name.clone(),
                 message: e,
@@ -469,21 +352,24 @@ impl LocalProvider {
             .unwrap_or_default();
         // Places the question names narrow time-zone arguments to their zones.
         let zones = last_user.map(zones::zones_named_in).unwrap_or_default();
-        let grammar = matches!(mode, CallMode::RequiredCall | CallMode::LazyCall).then(|| {
-            match (&named_files, mode) {
-                (Some(read), CallMode::RequiredCall) => tool_call_grammar(read),
-                _ => {
-                    let text = last_user.unwrap_or_default();
-                    let narrowed = paths::property_tools_only(tools, text);
-                    let narrowed = paths::existing_paths_only(&narrowed, &known, text);
-                    let narrowed = numbers::written_numbers_only(&narrowed, text);
-                    let narrowed = described::described_values_only(&narrowed, text);
-                    let narrowed = named::named_things_only(&narrowed, text);
-                    let narrowed = revisions::known_revisions_only(&narrowed, &revisions, text);
-                    tool_call_grammar(&zones::named_zones_only(&narrowed, &zones))
+        // The tools a call may be to, narrowed to the values the question allows.
+        let call_tools =
+            matches!(mode, CallMode::RequiredCall | CallMode::LazyCall).then(|| {
+                match (&named_files, mode) {
+                    (Some(read), CallMode::RequiredCall) => read.clone(),
+                    _ => {
+                        let text = last_user.unwrap_or_default();
+                        let narrowed = paths::property_tools_only(tools, text);
+                        let narrowed = paths::existing_paths_only(&narrowed, &known, text);
+                        let narrowed = numbers::written_numbers_only(&narrowed, text);
+                        let narrowed = described::described_values_only(&narrowed, text);
+                        let narrowed = named::named_things_only(&narrowed, text);
+                        let narrowed = revisions::known_revisions_only(&narrowed, &revisions, text);
+                        zones::named_zones_only(&narrowed, &zones)
+                    }
                 }
-            }
-        });
+            });
+        let grammar = call_tools.as_deref().map(tool_call_grammar);
         let max_tokens = match mode {
             CallMode::Answer | CallMode::LazyCall => {
                 request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
@@ -497,8 +383,12 @@ impl LocalProvider {
             .flatten();
         let known = this_turn_text(&request.messages);
         Ok(Prepared {
-            prompt,
+            prompt: rendered.text,
+            shared_end: rendered.system_end,
             grammar,
+            // Drafts are checked token by token against a required call's grammar; a lazy
+            // grammar is not in force until the model opens a call.
+            call_tools: call_tools.filter(|_| mode == CallMode::RequiredCall),
             mode,
             max_tokens,
             fallback,
@@ -529,6 +419,7 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
         provider: name.to_string(),
         message,
     };
+    tracing::trace!(%prompt, "embedded model prompt");
     let tokens = vocab.tokenize(prompt.as_bytes(), vocab.should_add_bos(), true);
     let budget = engine.context_size as usize;
     if tokens.len() + max_tokens as usize > budget {
@@ -542,7 +433,7 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
     }
     // Size the context to this request, not the model's maximum: allocating and clearing an
     // 8k-token cache per request costs more than a short answer.
-    let needed = (tokens.len() + max_tokens as usize).div_ceil(256) * 256;
+    let needed = (tokens.len() + max_tokens as usize + MAX_DRAFT_TOKENS).div_ceil(256) * 256;
     let needed_context = u32::try_from(needed.min(budget)).unwrap_or(engine.context_size);
     let batch_size = tokens.len().max(512);
     let threads = if engine.threads > 0 {
@@ -560,18 +451,41 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
         .new_context(backend, params)
         .map_err(|e| fail(format!("cannot create a context: {e}")))?;
     let mut batch = LlamaBatch::new(batch_size, 1);
-    let last = tokens.len().saturating_sub(1);
-    for (position, token) in tokens.iter().enumerate() {
+    let made = started.elapsed();
+    // The system turn is evaluated on its own, restored from the prompt cache when it holds
+    // it, and always so, cache or not, so that an answer never depends on the cache.
+    let shared = shared_tokens(engine, prepared, &tokens);
+    let mut restored = false;
+    if shared > 0 {
+        restored = engine
+            .prompt_cache
+            .as_ref()
+            .is_some_and(|cache| cache.restore(&mut context, &tokens[..shared]));
+        if !restored {
+            queue(&mut batch, &tokens[..shared], 0, false, &fail)?;
+            context
+                .decode(&mut batch)
+                .map_err(|e| fail(format!("cannot evaluate the prompt: {e}")))?;
+            if let Some(cache) = &engine.prompt_cache {
+                cache.store(&context, &tokens[..shared]);
+            }
+        }
+    }
+    queue(&mut batch, &tokens[shared..], shared, true, &fail)?;
+    // The index of the prompt's last row, whose logits choose the first token.
+    let last_row = batch.n_tokens() - 1;
+    // A call's opening is drafted with the prompt, and checked like any draft.
+    let opening = call_draft(prepared, &vocab, "", needed_context, tokens.len());
+    for (offset, token) in opening.iter().enumerate() {
         batch
             .add(
                 *token,
-                i32::try_from(position).unwrap_or(i32::MAX),
+                i32::try_from(tokens.len() + offset).unwrap_or(i32::MAX),
                 &[0],
-                position == last,
+                true,
             )
             .map_err(|e| fail(format!("cannot queue the prompt: {e}")))?;
     }
-    let made = started.elapsed();
     context
         .decode(&mut batch)
         .map_err(|e| fail(format!("cannot evaluate the prompt: {e}")))?;
@@ -608,11 +522,15 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
     let whole = mode == CallMode::Answer && fallback.is_some();
     let mut pending_bytes: Vec<u8> = Vec::new();
     let mut echo_guard = EchoGuard::default();
+    // The next place in the model's cache, and the batch row whose logits give the next token.
     let mut position = i32::try_from(tokens.len()).unwrap_or(i32::MAX);
+    let mut index = last_row;
+    // Drafted tokens evaluated after that row and not yet confirmed by the model's choice.
+    let (mut drafted_count, mut confirmed_count) = (opening.len(), 0usize);
+    let mut drafted: std::collections::VecDeque<llama_cpp_2::token::LlamaToken> = opening.into();
     let mut generated = 0u64;
     let mut stop = StopReason::MaxTokens;
     for _ in 0..max_tokens {
-        let index = batch.n_tokens() - 1;
         let token = match grammar_sampler.as_mut() {
             Some(grammar) => {
                 let chosen = grammar_token(&context, index, grammar);
@@ -669,7 +587,43 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
             stop = StopReason::ToolCalls;
             break;
         }
-        continue_decoding(&mut batch, token, &mut position, &mut context, &fail)?;
+        if drafted.front() == Some(&token) {
+            // The model chose the drafted token: it is evaluated already.
+            drafted.pop_front();
+            confirmed_count += 1;
+            position += 1;
+            index += 1;
+            continue;
+        }
+        if !drafted.is_empty() {
+            // It chose otherwise: what was drafted after this point goes.
+            drafted.clear();
+            context
+                .clear_kv_cache_seq(Some(0), u32::try_from(position).ok(), None)
+                .map_err(|e| fail(format!("cannot drop a draft: {e}")))?;
+        }
+        // After the chosen token, which takes `position`.
+        let draft = call_draft(
+            prepared,
+            &vocab,
+            &text,
+            needed_context,
+            usize::try_from(position)
+                .unwrap_or(usize::MAX)
+                .saturating_add(1),
+        );
+        drafted_count += draft.len();
+        tracing::trace!(%text, draft = draft.len(), "embedded model draft");
+        continue_decoding(
+            &mut batch,
+            token,
+            &draft,
+            &mut position,
+            &mut context,
+            &fail,
+        )?;
+        drafted = draft.into();
+        index = 0;
     }
     if let (true, Some(fallback)) = (whole, fallback) {
         let answer = settle_answer(&text, fallback, &prepared.known, &prepared.result);
@@ -688,6 +642,10 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
     tracing::debug!(
         threads,
         prompt_tokens = tokens.len(),
+        shared_tokens = shared,
+        restored,
+        drafted = drafted_count,
+        confirmed = confirmed_count,
         context_ms = made.as_millis() as u64,
         prompt_ms = (evaluated - made).as_millis() as u64,
         generation_ms = (started.elapsed() - evaluated).as_millis() as u64,
@@ -735,57 +693,6 @@ fn unfinished_call(text: &str) -> String {
     )
 }
 
-/// The most likely token the grammar allows at output `index`.
-fn grammar_token(
-    context: &llama_cpp_2::context::LlamaContext<'_>,
-    index: i32,
-    grammar: &mut LlamaSampler,
-) -> llama_cpp_2::token::LlamaToken {
-    use llama_cpp_2::token::data::LlamaTokenData;
-    use llama_cpp_2::token::data_array::LlamaTokenDataArray;
-    let logits = context.get_logits_ith(index);
-    let best = logits
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, logit)| (i32::try_from(i).unwrap_or(0), *logit))
-        .unwrap_or((0, 0.0));
-    let best_token = llama_cpp_2::token::LlamaToken(best.0);
-    let mut single =
-        LlamaTokenDataArray::new(vec![LlamaTokenData::new(best_token, best.1, 0.0)], false);
-    single.apply_sampler(grammar);
-    if single.data.first().is_some_and(|d| d.logit().is_finite()) {
-        return best_token;
-    }
-    let mut all = context.token_data_array_ith(index);
-    all.apply_sampler(grammar);
-    all.data
-        .iter()
-        .filter(|d| d.logit().is_finite())
-        .max_by(|a, b| a.logit().total_cmp(&b.logit()))
-        .map(|d| d.id())
-        .unwrap_or(best_token)
-}
-
-/// The first `{"tool": …, "arguments": …}` object in `text`.
-/// Feeds the chosen token back and evaluates it, for the next step.
-fn continue_decoding(
-    batch: &mut LlamaBatch,
-    token: llama_cpp_2::token::LlamaToken,
-    position: &mut i32,
-    context: &mut llama_cpp_2::context::LlamaContext<'_>,
-    fail: &dyn Fn(String) -> LlmError,
-) -> Result<(), LlmError> {
-    batch.clear();
-    batch
-        .add(token, *position, &[0], true)
-        .map_err(|e| fail(format!("cannot queue a token: {e}")))?;
-    *position += 1;
-    context
-        .decode(batch)
-        .map_err(|e| fail(format!("cannot evaluate a token: {e}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -802,27 +709,5 @@ mod tests {
             "{told}"
         );
         assert_eq!(unfinished_call("Just an answer."), "Just an answer.");
-    }
-
-    #[test]
-    fn a_stat_line_gives_state_and_parent_whatever_the_command() {
-        let stat = "4242 (tether (x) y) R 17 4242 4242 0 -1 4194560";
-        assert_eq!(state_in_stat(stat), Some('R'));
-        assert_eq!(parent_in_stat(stat), Some(17));
-        assert_eq!(state_in_stat("garbage"), None);
-        // This test's own thread is running while it counts.
-        assert!(running_tasks(&own_processes()) >= 1);
-    }
-
-    #[test]
-    fn threads_leave_the_cores_other_jobs_keep_busy() {
-        assert!(default_threads() >= 1);
-        assert!(threads_for_now() >= 1);
-        // Two cores: quiet, both; one other job running, one; a crowd, still one.
-        assert_eq!(threads_left(2, 2, 0), 2);
-        assert_eq!(threads_left(2, 2, 1), 1);
-        assert_eq!(threads_left(2, 2, 8), 1);
-        // Physical cores bound it even when hyperthreads are idle.
-        assert_eq!(threads_left(4, 8, 2), 4);
     }
 }

@@ -50,6 +50,19 @@ impl ChatTemplate {
         tool_guide: Option<&str>,
         earlier_turns: bool,
     ) -> Result<String, String> {
+        self.render_split(messages, tools, tool_guide, earlier_turns)
+            .map(|rendered| rendered.text)
+    }
+
+    /// [`render`](Self::render), also saying where the system turn ends: the part of the
+    /// prompt that the next question with the same tools and servers starts with too.
+    pub fn render_split(
+        &self,
+        messages: &[Message],
+        tools: &[ToolDefinition],
+        tool_guide: Option<&str>,
+        earlier_turns: bool,
+    ) -> Result<RenderedPrompt, String> {
         let native_tools = self.supports_tools() && !tools.is_empty();
         let tool_role = self.knows_tool_role();
         // Small models without a tool role imitate the JSON calls in the history instead of
@@ -157,15 +170,42 @@ impl ChatTemplate {
         env.add_template("chat", &self.source)
             .map_err(|e| format!("the model's chat template does not parse: {e}"))?;
         let template = env.get_template("chat").map_err(|e| e.to_string())?;
-        let ctx = if native_tools {
-            context! { messages => rendered, tools => tool_values, add_generation_prompt => true, bos_token => self.bos, eos_token => self.eos }
-        } else {
-            context! { messages => rendered, add_generation_prompt => true, bos_token => self.bos, eos_token => self.eos }
+        let render = |messages: &[Value], add_generation_prompt: bool| {
+            let ctx = if native_tools {
+                context! { messages => messages, tools => tool_values, add_generation_prompt => add_generation_prompt, bos_token => self.bos, eos_token => self.eos }
+            } else {
+                context! { messages => messages, add_generation_prompt => add_generation_prompt, bos_token => self.bos, eos_token => self.eos }
+            };
+            template
+                .render(ctx)
+                .map_err(|e| format!("the model's chat template failed: {e}"))
         };
-        template
-            .render(ctx)
-            .map_err(|e| format!("the model's chat template failed: {e}"))
+        let text = render(&rendered, true)?;
+        // The system turn rendered alone is where the prompt's shared part ends, when the
+        // template renders it as the prompt's opening (not every template does: some fold the
+        // system text into the first user turn).
+        let system_turns = rendered
+            .iter()
+            .take_while(|m| m["role"] == "system")
+            .count();
+        let system_end = match system_turns {
+            0 => 0,
+            n => render(&rendered[..n], false)
+                .ok()
+                .filter(|opening| text.starts_with(opening.as_str()))
+                .map_or(0, |opening| opening.len()),
+        };
+        Ok(RenderedPrompt { text, system_end })
     }
+}
+
+/// A rendered prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedPrompt {
+    /// The whole prompt.
+    pub text: String,
+    /// The byte length of its system turn (0: none, or the template does not open with it).
+    pub system_end: usize,
 }
 
 #[cfg(test)]
@@ -209,6 +249,30 @@ mod tests {
             prompt,
             "<|im_start|>system\nBe brief.\n\nTOOLS: b__add<|im_end|>\n<|im_start|>user\n10+20?<|im_end|>\n<|im_start|>assistant\n{\"tool\":\"b__add\",\"arguments\":{\"a\":10,\"b\":20}}<|im_end|>\n<|im_start|>user\nResult of b__add: 30<|im_end|>\n<|im_start|>assistant\n"
         );
+    }
+
+    #[test]
+    fn the_system_turn_is_the_shared_opening_where_the_template_starts_with_it() {
+        let template = ChatTemplate::new(Some(SMOLLM2.into()), String::new(), String::new());
+        let messages = [Message::system("Be brief."), Message::user("10+20?")];
+        let rendered = template.render_split(&messages, &[], None, true).unwrap();
+        assert_eq!(
+            &rendered.text[..rendered.system_end],
+            "<|im_start|>system\nBe brief.<|im_end|>\n"
+        );
+        // No system message: SmolLM2's template adds its own, but nothing of ours is shared.
+        let alone = template
+            .render_split(&messages[1..], &[], None, true)
+            .unwrap();
+        assert_eq!(alone.system_end, 0);
+        // A template that folds the system text into the user's turn shares nothing.
+        let folded = ChatTemplate::new(
+            Some("{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ messages[0]['content'] }} {{ m['content'] }} [/INST]{% endif %}{% endfor %}".into()),
+            String::new(),
+            String::new(),
+        );
+        let rendered = folded.render_split(&messages, &[], None, true).unwrap();
+        assert_eq!(rendered.system_end, 0, "{}", rendered.text);
     }
 
     #[test]

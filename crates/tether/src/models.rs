@@ -273,12 +273,24 @@ async fn local_provider(spec: &str, args: &ModelArgs) -> Result<Box<dyn Provider
     let options = LocalOptions {
         grammar: !args.no_grammar,
         threads: args.threads.map_or(0, |n| i32::from(n.max(1))),
+        prompt_cache: prompt_cache_dir(std::env::var_os("TETHER_PROMPT_CACHE")),
     };
     let provider = tokio::task::spawn_blocking(move || LocalProvider::load(&path, name, options))
         .await
         .map_err(|e| Failure::partial(format!("loading the model failed: {e}")))?
         .map_err(|e| model_failure(&e))?;
     Ok(Box::new(provider))
+}
+
+/// Where the embedded model keeps its prompt cache: `$TETHER_PROMPT_CACHE` (`off`: nowhere),
+/// else `prompt-cache` beside the models.
+#[cfg(feature = "local")]
+fn prompt_cache_dir(setting: Option<std::ffi::OsString>) -> Option<std::path::PathBuf> {
+    match setting {
+        Some(off) if off == "off" || off.is_empty() => None,
+        Some(dir) => Some(dir.into()),
+        None => Some(tether_models::model_dir().join("prompt-cache")),
+    }
 }
 
 #[cfg(not(feature = "local"))]

@@ -13,6 +13,15 @@ use serde_json::{Value, json};
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn run_json(dir: &std::path::Path, question: &str, extra: &[&str]) -> (i32, Vec<Value>, String) {
+    run_json_with(dir, question, extra, &[])
+}
+
+fn run_json_with(
+    dir: &std::path::Path,
+    question: &str,
+    extra: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (i32, Vec<Value>, String) {
     let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut args = vec!["run", "--json"];
     args.extend_from_slice(extra);
@@ -21,6 +30,7 @@ fn run_json(dir: &std::path::Path, question: &str, extra: &[&str]) -> (i32, Vec<
         .args(&args)
         .current_dir(dir)
         .env_remove("TETHER_MODEL")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -533,4 +543,65 @@ fn embedded_model_says_it_has_no_tool_for_the_weather() {
         "{events:#?}"
     );
     assert_answer_holds(&events, "no tool");
+}
+
+/// The prompt cache: the first run stores the model's state after each request's system turn,
+/// the next restores it and answers exactly as the first did, and broken entries (cut short,
+/// or not llama.cpp's at all) are evaluated again and replaced.
+#[test]
+fn embedded_model_answers_the_same_from_its_prompt_cache() {
+    let dir = empty_dir("prompt-cache");
+    let cache = dir.join("cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let run = || {
+        let (code, events, stderr) = run_json_with(
+            &dir,
+            "What is 10 + 20? Use the add tool.",
+            &["-vv"],
+            &[("TETHER_PROMPT_CACHE", cache.as_os_str())],
+        );
+        assert_eq!(code, 0, "{stderr}");
+        assert_adds(&events);
+        let restored = stderr.matches("restored=true").count();
+        let evaluated = stderr.matches("restored=false").count();
+        (calls_and_answer(&events), restored, evaluated)
+    };
+    let entries = || -> Vec<std::path::PathBuf> {
+        let mut found: Vec<_> = std::fs::read_dir(&cache)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        found.sort();
+        found
+    };
+    let (first, restored, evaluated) = run();
+    assert_eq!((restored, evaluated), (0, 2), "the call and the answer");
+    assert_eq!(entries().len(), 2, "{:?}", entries());
+    let (second, restored, evaluated) = run();
+    assert_eq!((restored, evaluated), (2, 0));
+    assert_eq!(second, first);
+
+    let stored = entries();
+    let whole = std::fs::read(&stored[0]).unwrap();
+    std::fs::write(&stored[0], &whole[..whole.len() / 2]).unwrap();
+    std::fs::write(&stored[1], b"not a state file").unwrap();
+    let (third, restored, evaluated) = run();
+    assert_eq!((restored, evaluated), (0, 2));
+    assert_eq!(third, first);
+    let (_, restored, _) = run();
+    assert_eq!(restored, 2, "broken entries are replaced");
+}
+
+/// The calls a run made and its answer, to compare runs.
+fn calls_and_answer(events: &[Value]) -> (Vec<Value>, Value) {
+    let calls = events
+        .iter()
+        .filter(|e| e["type"] == "tool_call_started")
+        .map(|e| json!([e["name"], e["arguments"]]))
+        .collect();
+    let answer = events
+        .iter()
+        .find(|e| e["type"] == "turn_ended")
+        .map(|e| e["text"].clone())
+        .unwrap_or_default();
+    (calls, answer)
 }

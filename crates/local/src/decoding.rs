@@ -1,0 +1,142 @@
+//! The steps of decoding: the prompt queued in batches, the system turn's share of it, the
+//! drafts of a call, the grammar's choice of a token, and each step fed back.
+
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::sampling::LlamaSampler;
+use tether_llm::LlmError;
+
+use crate::{Engine, MAX_DRAFT_TOKENS, Prepared, draft, prompt_cache};
+
+/// How many of `tokens` (the whole prompt) make its system turn, to evaluate apart and cache:
+/// 0 when it has none or it is too short to be worth it. Counted by tokenising the turn alone
+/// and keeping what both tokenisations agree on, so a token that spans the turn's end is
+/// evaluated with the rest.
+pub(crate) fn shared_tokens(
+    engine: &Engine,
+    prepared: &Prepared,
+    tokens: &[llama_cpp_2::token::LlamaToken],
+) -> usize {
+    if prepared.shared_end == 0 {
+        return 0;
+    }
+    let Some(opening) = prepared.prompt.get(..prepared.shared_end) else {
+        return 0;
+    };
+    let vocab = engine.model.vocab();
+    let alone = vocab.tokenize(opening.as_bytes(), vocab.should_add_bos(), true);
+    let agreed = alone.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+    // At least one token is left to evaluate: its logits start the answer.
+    if agreed < prompt_cache::MIN_TOKENS || agreed >= tokens.len() {
+        0
+    } else {
+        agreed
+    }
+}
+
+/// The tokens drafted to follow `text` in a required call (none in any other mode), to be
+/// placed from `from` on within a context of `context_size`.
+pub(crate) fn call_draft(
+    prepared: &Prepared,
+    vocab: &llama_cpp_2::vocab::LlamaVocab<'_>,
+    text: &str,
+    context_size: u32,
+    from: usize,
+) -> Vec<llama_cpp_2::token::LlamaToken> {
+    let Some(tools) = &prepared.call_tools else {
+        return Vec::new();
+    };
+    let next = draft::next_text(tools, text);
+    if next.is_empty() {
+        return Vec::new();
+    }
+    // Tokenised in pieces that end at each opening brace or bracket: the model writes `{`
+    // alone and then `"tool`, where the whole text tokenises as `{"` and `tool`.
+    let mut draft = Vec::new();
+    for piece in next.split_inclusive(['{', '[']) {
+        draft.extend(vocab.tokenize(piece.as_bytes(), false, false));
+    }
+    let room = usize::try_from(context_size)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(from);
+    draft.truncate(MAX_DRAFT_TOKENS.min(room));
+    draft
+}
+
+/// Clears `batch` and fills it with `tokens` from `start` on, asking for the last one's
+/// logits when `logits`.
+pub(crate) fn queue(
+    batch: &mut LlamaBatch,
+    tokens: &[llama_cpp_2::token::LlamaToken],
+    start: usize,
+    logits: bool,
+    fail: &dyn Fn(String) -> LlmError,
+) -> Result<(), LlmError> {
+    batch.clear();
+    let last = tokens.len().saturating_sub(1);
+    for (offset, token) in tokens.iter().enumerate() {
+        batch
+            .add(
+                *token,
+                i32::try_from(start + offset).unwrap_or(i32::MAX),
+                &[0],
+                logits && offset == last,
+            )
+            .map_err(|e| fail(format!("cannot queue the prompt: {e}")))?;
+    }
+    Ok(())
+}
+
+/// The most likely token the grammar allows at output `index`.
+pub(crate) fn grammar_token(
+    context: &llama_cpp_2::context::LlamaContext<'_>,
+    index: i32,
+    grammar: &mut LlamaSampler,
+) -> llama_cpp_2::token::LlamaToken {
+    use llama_cpp_2::token::data::LlamaTokenData;
+    use llama_cpp_2::token::data_array::LlamaTokenDataArray;
+    let logits = context.get_logits_ith(index);
+    let best = logits
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, logit)| (i32::try_from(i).unwrap_or(0), *logit))
+        .unwrap_or((0, 0.0));
+    let best_token = llama_cpp_2::token::LlamaToken(best.0);
+    let mut single =
+        LlamaTokenDataArray::new(vec![LlamaTokenData::new(best_token, best.1, 0.0)], false);
+    single.apply_sampler(grammar);
+    if single.data.first().is_some_and(|d| d.logit().is_finite()) {
+        return best_token;
+    }
+    let mut all = context.token_data_array_ith(index);
+    all.apply_sampler(grammar);
+    all.data
+        .iter()
+        .filter(|d| d.logit().is_finite())
+        .max_by(|a, b| a.logit().total_cmp(&b.logit()))
+        .map(|d| d.id())
+        .unwrap_or(best_token)
+}
+
+/// Feeds the chosen token back and evaluates it, with the tokens drafted to follow it, each
+/// with its logits, for the next steps.
+pub(crate) fn continue_decoding(
+    batch: &mut LlamaBatch,
+    token: llama_cpp_2::token::LlamaToken,
+    draft: &[llama_cpp_2::token::LlamaToken],
+    position: &mut i32,
+    context: &mut llama_cpp_2::context::LlamaContext<'_>,
+    fail: &dyn Fn(String) -> LlmError,
+) -> Result<(), LlmError> {
+    batch.clear();
+    for (offset, next) in std::iter::once(&token).chain(draft).enumerate() {
+        let at = position.saturating_add(i32::try_from(offset).unwrap_or(i32::MAX));
+        batch
+            .add(*next, at, &[0], true)
+            .map_err(|e| fail(format!("cannot queue a token: {e}")))?;
+    }
+    *position += 1;
+    context
+        .decode(batch)
+        .map_err(|e| fail(format!("cannot evaluate a token: {e}")))
+}
