@@ -320,20 +320,30 @@ fn main() {
 /// The README's first command, end to end, on a quiet machine and with one other core-bound
 /// job (a thread spinning in this process), rounds interleaved: the goal is at most 1.5× the
 /// quiet time. Threads are chosen per request by the machine's load; `TETHER_THREADS` fixes
-/// them, to compare.
+/// them, to compare. Measured with the prompt cache as a person's second and later runs have
+/// it, and without it (`TETHER_PROMPT_CACHE=off`), as their first.
 fn busy_machine() {
+    for cache in ["warm", "off"] {
+        busy_machine_with(cache);
+    }
+}
+
+fn busy_machine_with(cache: &str) {
     let question = "What is 10 + 20? Use the add tool.";
     let dir = std::env::temp_dir().join(format!("tether-bench-busy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let timed = || {
         let started = std::time::Instant::now();
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tether"));
+        command
             .args(["run", question])
             .current_dir(&dir)
             .env_remove("TETHER_MODEL")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
+            .stdin(std::process::Stdio::null());
+        if cache == "off" {
+            command.env("TETHER_PROMPT_CACHE", "off");
+        }
+        let output = command.output().unwrap();
         assert!(
             output.status.success(),
             "{}",
@@ -341,6 +351,8 @@ fn busy_machine() {
         );
         started.elapsed().as_secs_f64()
     };
+    // One run first, so that a warm cache holds this question's system turns.
+    timed();
     let rounds = if std::env::var_os("TETHER_BENCH_QUICK").is_some() {
         3
     } else {
@@ -369,7 +381,9 @@ fn busy_machine() {
     };
     let (q, q_min, q_max) = median(&mut quiet);
     let (b, b_min, b_max) = median(&mut busy);
-    println!("the README's first command, {rounds} interleaved rounds, median (min–max):");
+    println!(
+        "the README's first command, prompt cache {cache}, {rounds} interleaved rounds, median (min–max):"
+    );
     println!("  quiet machine:                 {q:.2} s ({q_min:.2}–{q_max:.2})");
     println!("  with one core-bound job:       {b:.2} s ({b_min:.2}–{b_max:.2})");
     println!(
