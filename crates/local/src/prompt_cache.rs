@@ -124,7 +124,7 @@ impl PromptCache {
     /// read-only or full disk) only cost the next request the evaluation.
     pub fn store(&self, context: &LlamaContext<'_>, tokens: &[LlamaToken]) {
         let key = self.key(tokens);
-        if let Err(error) = std::fs::create_dir_all(&self.dir) {
+        if let Err(error) = create_private_dir(&self.dir) {
             tracing::debug!(dir = %self.dir.display(), %error, "cannot create the prompt cache");
             return;
         }
@@ -178,6 +178,16 @@ impl PromptCache {
             }
         }
     }
+}
+
+/// Creates `dir` readable by its owner alone where it is new: the state holds the system
+/// prompt, the person's own words among it.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 /// A checksum of a file's bytes, eight at a time (a state file is megabytes).
@@ -253,6 +263,20 @@ mod tests {
         assert_eq!(cache.entry(&tokens), None);
         assert!(!good.exists());
         assert_ne!(checksum(&bytes), checksum(&bytes[..1000]));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_cache_folder_is_its_owners_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("tether-prompt-dir-{}", std::process::id()));
+        create_private_dir(&dir.join("prompt-cache")).unwrap();
+        let mode = std::fs::metadata(dir.join("prompt-cache"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{mode:o}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 
