@@ -137,13 +137,10 @@ fn load_words(file: &mut TensorFile) -> Result<(Vec<i8>, Vec<f32>, usize), Strin
     let mut word_scales = Vec::with_capacity(vocabulary);
     for start in (0..vocabulary).step_by(LOAD_ROWS) {
         let rows = file.rows(name, start..(start + LOAD_ROWS).min(vocabulary))?;
+        let mut quantized = [0i8; WIDTH];
         for row in rows.chunks_exact(WIDTH) {
-            let largest = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
-            words.extend(
-                row.iter()
-                    .map(|v| (v / scale).round().clamp(-127.0, 127.0) as i8),
-            );
+            let (scale, _) = crate::int8::quantize_weights(row, &mut quantized);
+            words.extend_from_slice(&quantized);
             word_scales.push(scale);
         }
     }
