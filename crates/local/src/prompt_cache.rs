@@ -20,6 +20,10 @@ use llama_cpp_2::token::LlamaToken;
 /// The most entries kept: one per set of tools and servers a person uses, two requests each.
 pub const MAX_ENTRIES: usize = 64;
 
+/// The most bytes kept: the 135M model's entries are 2–4 MB, a 1.5B model's long system turn
+/// tens of megabytes.
+pub const MAX_BYTES: u64 = 512 << 20;
+
 /// Shorter openings are evaluated each time: their state is not worth a file.
 pub const MIN_TOKENS: usize = 32;
 
@@ -149,31 +153,40 @@ impl PromptCache {
         self.evict();
     }
 
-    /// Removes the least recently used entries past [`MAX_ENTRIES`], and partial files a
-    /// stopped run left behind.
+    /// Removes the least recently used entries past [`MAX_ENTRIES`] or [`MAX_BYTES`], and
+    /// partial files a stopped run left behind.
     fn evict(&self) {
+        self.evict_past(MAX_ENTRIES, MAX_BYTES);
+    }
+
+    fn evict_past(&self, max_entries: usize, max_bytes: u64) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
-        let mut states: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+        let mut states: Vec<(std::time::SystemTime, u64, PathBuf)> = Vec::new();
         let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
         for entry in entries.flatten() {
             let path = entry.path();
-            let modified = entry
-                .metadata()
-                .and_then(|m| m.modified())
+            let meta = entry.metadata().ok();
+            let modified = meta
+                .as_ref()
+                .and_then(|m| m.modified().ok())
                 .unwrap_or(std::time::UNIX_EPOCH);
+            let bytes = meta.map_or(0, |m| m.len());
             match path.extension().and_then(|e| e.to_str()) {
-                Some("state") => states.push((modified, path)),
+                Some("state") => states.push((modified, bytes, path)),
                 Some(e) if e.starts_with("partial-") && modified < an_hour_ago => {
                     let _ = std::fs::remove_file(&path);
                 }
                 _ => {}
             }
         }
-        if states.len() > MAX_ENTRIES {
-            states.sort();
-            for (_, path) in &states[..states.len() - MAX_ENTRIES] {
+        // Newest first; keep while both limits hold.
+        states.sort_by_key(|state| std::cmp::Reverse(state.0));
+        let mut total = 0u64;
+        for (index, (_, bytes, path)) in states.iter().enumerate() {
+            total = total.saturating_add(*bytes);
+            if index >= max_entries || total > max_bytes {
                 let _ = std::fs::remove_file(path);
             }
         }
@@ -329,6 +342,11 @@ mod tests {
             assert!(!left.contains(&format!("{i:016x}.state")), "{left:?}");
         }
         assert!(left.contains(&format!("{:016x}.state", MAX_ENTRIES + 2)));
+        // A byte budget of 10 keeps the ten newest one-byte entries.
+        cache.evict_past(MAX_ENTRIES, 10);
+        let left = std::fs::read_dir(&dir).unwrap().count();
+        assert_eq!(left, 10);
+        assert!(dir.join(format!("{:016x}.state", MAX_ENTRIES + 2)).exists());
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
