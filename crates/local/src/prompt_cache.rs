@@ -140,15 +140,28 @@ impl PromptCache {
             .map_err(|e| e.to_string())
             .and_then(|_| std::fs::read(&partial).map_err(|e| e.to_string()))
             .and_then(|bytes| {
-                let path = self
-                    .dir
-                    .join(format!("{key}{:016x}.state", checksum(&bytes)));
-                std::fs::rename(&partial, &path).map_err(|e| e.to_string())
+                let name = format!("{key}{:016x}.state", checksum(&bytes));
+                std::fs::rename(&partial, self.dir.join(&name)).map_err(|e| e.to_string())?;
+                Ok(name)
             });
-        if let Err(error) = stored {
-            let _ = std::fs::remove_file(&partial);
-            tracing::debug!(dir = %self.dir.display(), %error, "cannot store a prompt cache entry");
-            return;
+        let name = match stored {
+            Ok(name) => name,
+            Err(error) => {
+                let _ = std::fs::remove_file(&partial);
+                tracing::debug!(dir = %self.dir.display(), %error, "cannot store a prompt cache entry");
+                return;
+            }
+        };
+        // Another run may have stored the same tokens at the same time with other bytes
+        // (threads summing in another order): one entry per key.
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for entry in entries.flatten() {
+                let other = entry.file_name();
+                let other = other.to_string_lossy();
+                if other.starts_with(&key) && other.ends_with(".state") && other != name {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
         }
         self.evict();
     }
