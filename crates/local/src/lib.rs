@@ -115,6 +115,33 @@ pub struct LocalProvider {
     name: String,
     engine: Arc<Engine>,
     options: LocalOptions,
+    /// The one thread that runs the model, fed one request at a time.
+    jobs: std::sync::Mutex<std::sync::mpsc::Sender<Job>>,
+}
+
+/// One request for the model's thread: what to decode and where its events go.
+type Job = (Prepared, Sender);
+
+/// Runs every request on one long-lived thread. llama.cpp's OpenMP threads form a pool per
+/// thread that calls into it; requests on `spawn_blocking`'s changing threads made several
+/// pools, more OpenMP threads than cores, and libgomp then stops spinning between operations:
+/// generation fell from about 100 to 38 tokens a second in some rounds and not others (the
+/// same rate as llama-bench under `OMP_WAIT_POLICY=passive`).
+fn model_thread(engine: Arc<Engine>, name: String) -> std::sync::mpsc::Sender<Job> {
+    let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+    let spawned = std::thread::Builder::new()
+        .name("tether-model".into())
+        .spawn(move || {
+            for (prepared, tx) in queue {
+                if let Err(error) = generate(&engine, &name, &prepared, &tx) {
+                    let _ = tx.unbounded_send(Err(error));
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "cannot start the embedded model's thread");
+    }
+    jobs
 }
 
 impl LocalProvider {
@@ -155,10 +182,13 @@ impl LocalProvider {
                 .clone()
                 .map(|dir| PromptCache::new(dir, path)),
         };
+        let engine = Arc::new(engine);
+        let jobs = std::sync::Mutex::new(model_thread(engine.clone(), name.clone()));
         Ok(LocalProvider {
             name,
-            engine: Arc::new(engine),
+            engine,
             options,
+            jobs,
         })
     }
 }
@@ -230,14 +260,17 @@ impl Provider for LocalProvider {
         Box::pin(async move {
             let prepared = self.prepare(request)?;
             let (tx, rx) = futures::channel::mpsc::unbounded();
-            let engine = self.engine.clone();
-            let name = self.name.clone();
-            tokio::task::spawn_blocking(move || {
-                let failure = tx.clone();
-                if let Err(error) = generate(&engine, &name, &prepared, &tx) {
-                    let _ = failure.unbounded_send(Err(error));
-                }
-            });
+            let sent = self
+                .jobs
+                .lock()
+                .map_err(|_| ())
+                .and_then(|jobs| jobs.send((prepared, tx)).map_err(|_| ()));
+            if sent.is_err() {
+                return Err(LlmError::InvalidResponse {
+                    provider: self.name.clone(),
+                    message: "the embedded model's thread has stopped".into(),
+                });
+            }
             Ok(Box::pin(rx) as EventStream)
         })
     }
