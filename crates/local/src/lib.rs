@@ -116,7 +116,7 @@ pub struct LocalProvider {
     engine: Arc<Engine>,
     options: LocalOptions,
     /// The one thread that runs the model, fed one request at a time.
-    jobs: std::sync::Mutex<std::sync::mpsc::Sender<Job>>,
+    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
 }
 
 /// One request for the model's thread: what to decode and where its events go.
@@ -127,12 +127,12 @@ type Job = (Prepared, Sender);
 /// pools, more OpenMP threads than cores, and libgomp then stops spinning between operations:
 /// generation fell from about 100 to 38 tokens a second in some rounds and not others (the
 /// same rate as llama-bench under `OMP_WAIT_POLICY=passive`).
-fn model_thread(engine: Arc<Engine>, name: String) -> std::sync::mpsc::Sender<Job> {
-    let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+fn model_thread(engine: Arc<Engine>, name: String) -> tokio::sync::mpsc::UnboundedSender<Job> {
+    let (jobs, mut queue) = tokio::sync::mpsc::unbounded_channel::<Job>();
     let spawned = std::thread::Builder::new()
         .name("tether-model".into())
         .spawn(move || {
-            for (prepared, tx) in queue {
+            while let Some((prepared, tx)) = queue.blocking_recv() {
                 if let Err(error) = generate(&engine, &name, &prepared, &tx) {
                     let _ = tx.unbounded_send(Err(error));
                 }
@@ -183,7 +183,7 @@ impl LocalProvider {
                 .map(|dir| PromptCache::new(dir, path)),
         };
         let engine = Arc::new(engine);
-        let jobs = std::sync::Mutex::new(model_thread(engine.clone(), name.clone()));
+        let jobs = model_thread(engine.clone(), name.clone());
         Ok(LocalProvider {
             name,
             engine,
@@ -260,12 +260,7 @@ impl Provider for LocalProvider {
         Box::pin(async move {
             let prepared = self.prepare(request)?;
             let (tx, rx) = futures::channel::mpsc::unbounded();
-            let sent = self
-                .jobs
-                .lock()
-                .map_err(|_| ())
-                .and_then(|jobs| jobs.send((prepared, tx)).map_err(|_| ()));
-            if sent.is_err() {
+            if self.jobs.send((prepared, tx)).is_err() {
                 return Err(LlmError::InvalidResponse {
                     provider: self.name.clone(),
                     message: "the embedded model's thread has stopped".into(),
