@@ -352,6 +352,15 @@ impl AsyncWrite for LineSink {
     }
 }
 
+/// rmcp ends a session by dropping its writer, not shutting it down: that is the end of the
+/// server's input too, which a server that exits on end of input (as the spec asks) reads
+/// at once instead of waiting out the grace before SIGTERM.
+impl Drop for LineSink {
+    fn drop(&mut self) {
+        let _ = self.outbox.send(Outgoing::Close);
+    }
+}
+
 /// Writes what rmcp and the direct calls send to the child, several waiting lines at once.
 async fn pump_stdin(
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,

@@ -203,6 +203,29 @@ async fn shutdown_stops_a_server_still_starting() {
     test_support::wait_until_stopped(pid, "the gated server's shell");
 }
 
+/// Shutting down closes a stdio server's input before any signal, as the spec's stdio
+/// shutdown says, so a server that exits on end of input does so by itself: this one ignores
+/// SIGTERM and notes when its input ended; without that end it would only be killed.
+#[tokio::test]
+async fn shutdown_ends_a_servers_input_before_signalling_it() {
+    let dir = scratch_dir("registry", "ends_input");
+    let marker = dir.join("input ended");
+    let script = format!(
+        "trap '' TERM; {}; echo ended > '{}'",
+        misbehaving_stdio("tool-error"),
+        marker.display()
+    );
+    let config = ServerConfig::stdio("eof", "sh", vec!["-c".into(), script]);
+    let registry = ServerRegistry::start([config], Arc::new(tether_mcp::HeadlessHost)).await;
+    assert!(registry.connection("eof").is_ok());
+    registry.shutdown().await;
+    assert_eq!(
+        std::fs::read_to_string(&marker).ok().as_deref(),
+        Some("ended\n"),
+        "the server never read the end of its input"
+    );
+}
+
 /// A task-only tool (server-everything's `simulate-research-query`) runs as a task whose
 /// steps arrive as progress; a caller that gives up cancels the task on the server.
 #[tokio::test]
