@@ -19,6 +19,7 @@ mod decoding;
 pub mod described;
 mod draft;
 pub mod grammar;
+mod kept;
 mod named;
 mod narrowing;
 pub mod numbers;
@@ -54,7 +55,8 @@ use crate::call_policy::{
 };
 use crate::decoding::{call_draft, continue_decoding, grammar_token, queue, shared_tokens};
 use crate::grammar::tool_call_grammar;
-use crate::prompt_cache::PromptCache;
+use crate::kept::{KeptContext, MIN_CONTEXT};
+use crate::prompt_cache::{PromptCache, Restore};
 use crate::template::ChatTemplate;
 pub use crate::threads::{default_threads, threads_for_now};
 
@@ -132,8 +134,11 @@ fn model_thread(engine: Arc<Engine>, name: String) -> tokio::sync::mpsc::Unbound
     let spawned = std::thread::Builder::new()
         .name("tether-model".into())
         .spawn(move || {
+            let engine = engine;
+            // Declared after `engine`, whose model it borrows.
+            let mut kept: Option<KeptContext<'_>> = None;
             while let Some((prepared, tx)) = queue.blocking_recv() {
-                if let Err(error) = generate(&engine, &name, &prepared, &tx) {
+                if let Err(error) = generate(&engine, &mut kept, &name, &prepared, &tx) {
                     let _ = tx.unbounded_send(Err(error));
                 }
             }
@@ -429,8 +434,15 @@ impl LocalProvider {
 
 type Sender = futures::channel::mpsc::UnboundedSender<Result<StreamEvent, LlmError>>;
 
-/// Decodes `prepared` on `engine`, sending what it makes to `tx`.
-fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Result<(), LlmError> {
+/// Decodes `prepared` on `engine`, sending what it makes to `tx`, in the context `kept` from
+/// the last request when it fits; the context is kept there for the next.
+fn generate<'m>(
+    engine: &'m Engine,
+    kept: &mut Option<KeptContext<'m>>,
+    name: &str,
+    prepared: &Prepared,
+    tx: &Sender,
+) -> Result<(), LlmError> {
     let prompt = prepared.prompt.as_str();
     let grammar = prepared.grammar.as_deref();
     let fallback = prepared.fallback.as_deref();
@@ -459,8 +471,8 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
             ),
         });
     }
-    // Size the context to this request, not the model's maximum: allocating and clearing an
-    // 8k-token cache per request costs more than a short answer.
+    // Size the context to this request (at least MIN_CONTEXT), not the model's maximum:
+    // allocating and clearing an 8k-token cache costs more than a short answer.
     let needed = (tokens.len() + max_tokens as usize + MAX_DRAFT_TOKENS).div_ceil(256) * 256;
     let needed_context = u32::try_from(needed.min(budget)).unwrap_or(engine.context_size);
     let batch_size = tokens.len().max(512);
@@ -469,41 +481,63 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
     } else {
         threads_for_now()
     };
-    let params = LlamaContextParams::default()
-        .with_n_ctx(NonZeroU32::new(needed_context))
-        .with_n_batch(u32::try_from(batch_size).unwrap_or(u32::MAX))
-        .with_n_threads(threads)
-        .with_n_threads_batch(threads);
     let started = std::time::Instant::now();
-    let mut context = model
-        .new_context(backend, params)
-        .map_err(|e| fail(format!("cannot create a context: {e}")))?;
+    let batch_rows = u32::try_from(batch_size).unwrap_or(u32::MAX);
+    let reused = kept
+        .take()
+        .and_then(|kept| kept.reuse(&tokens, needed_context, batch_rows, threads));
+    let (mut context, held) = match reused {
+        Some(reused) => reused,
+        None => {
+            let params = LlamaContextParams::default()
+                .with_n_ctx(NonZeroU32::new(
+                    needed_context.max(MIN_CONTEXT).min(engine.context_size),
+                ))
+                .with_n_batch(batch_rows)
+                .with_n_threads(threads)
+                .with_n_threads_batch(threads);
+            let context = model
+                .new_context(backend, params)
+                .map_err(|e| fail(format!("cannot create a context: {e}")))?;
+            (context, 0)
+        }
+    };
+    let context_size = context.n_ctx();
     let mut batch = LlamaBatch::new(batch_size, 1);
     let made = started.elapsed();
     // The system turn is evaluated on its own, restored from the prompt cache when it holds
-    // it, and always so, cache or not, so that an answer never depends on the cache.
+    // it, and always so, cache or not, so that an answer never depends on the cache. What the
+    // kept context holds of it already is not evaluated again.
     let shared = shared_tokens(engine, prepared, &tokens);
     let mut restored = false;
-    if shared > 0 {
-        restored = engine
-            .prompt_cache
-            .as_ref()
-            .is_some_and(|cache| cache.restore(&mut context, &tokens[..shared]));
-        if !restored {
-            queue(&mut batch, &tokens[..shared], 0, false, &fail)?;
+    let mut start = held;
+    if shared > held {
+        if let Some(cache) = &engine.prompt_cache {
+            match cache.restore(&mut context, &tokens[..shared]) {
+                Restore::Restored => {
+                    restored = true;
+                    start = shared;
+                }
+                Restore::Failed => start = 0,
+                Restore::Absent => {}
+            }
+        }
+        if start < shared {
+            queue(&mut batch, &tokens[start..shared], start, false, &fail)?;
             context
                 .decode(&mut batch)
                 .map_err(|e| fail(format!("cannot evaluate the prompt: {e}")))?;
             if let Some(cache) = &engine.prompt_cache {
                 cache.store(&context, &tokens[..shared]);
             }
+            start = shared;
         }
     }
-    queue(&mut batch, &tokens[shared..], shared, true, &fail)?;
+    queue(&mut batch, &tokens[start..], start, true, &fail)?;
     // The index of the prompt's last row, whose logits choose the first token.
     let last_row = batch.n_tokens() - 1;
     // A call's opening is drafted with the prompt, and checked like any draft.
-    let opening = call_draft(prepared, &vocab, "", needed_context, tokens.len());
+    let opening = call_draft(prepared, &vocab, "", context_size, tokens.len());
     for (offset, token) in opening.iter().enumerate() {
         batch
             .add(
@@ -595,7 +629,7 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
                         .is_err()
                 {
                     // The receiver is gone: the turn was cancelled.
-                    return Ok(());
+                    break;
                 }
                 if echoed {
                     stop = StopReason::EndTurn;
@@ -604,7 +638,7 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
             }
         }
         if tx.is_closed() {
-            return Ok(());
+            break;
         }
         let call_text = match mode {
             CallMode::RequiredCall => Some(text.as_str()),
@@ -635,7 +669,7 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
             prepared,
             &vocab,
             &text,
-            needed_context,
+            context_size,
             usize::try_from(position)
                 .unwrap_or(usize::MAX)
                 .saturating_add(1),
@@ -671,6 +705,7 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
         threads,
         prompt_tokens = tokens.len(),
         shared_tokens = shared,
+        held_tokens = held,
         restored,
         drafted = drafted_count,
         confirmed = confirmed_count,
@@ -698,6 +733,7 @@ fn generate(engine: &Engine, name: &str, prepared: &Prepared, tx: &Sender) -> Re
         }
     }
     let _ = tx.unbounded_send(Ok(StreamEvent::Stop(stop)));
+    *kept = Some(KeptContext::new(context, tokens, threads));
     Ok(())
 }
 

@@ -31,6 +31,17 @@ pub const MIN_TOKENS: usize = 32;
 /// and its reader asserts instead of failing. A unit test holds it to `Cargo.lock`.
 const STATE_FORMAT: &str = "llama-cpp-sys-2 0.1.161";
 
+/// What [`PromptCache::restore`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restore {
+    /// The state is loaded.
+    Restored,
+    /// No entry is stored; the context is as it was.
+    Absent,
+    /// An entry was stored but could not be loaded; the context's cache is empty.
+    Failed,
+}
+
 /// Where entries live, and which model they belong to.
 #[derive(Debug, Clone)]
 pub struct PromptCache {
@@ -97,12 +108,17 @@ impl PromptCache {
         Some(path)
     }
 
-    /// Loads the state after `tokens` into `context`'s sequence 0; whether it did. On false
-    /// the context's cache is empty.
-    pub fn restore(&self, context: &mut LlamaContext<'_>, tokens: &[LlamaToken]) -> bool {
+    /// Loads the state after `tokens` into `context`'s sequence 0, which is emptied first when
+    /// an entry is stored; what the context held is untouched when none is.
+    pub fn restore(&self, context: &mut LlamaContext<'_>, tokens: &[LlamaToken]) -> Restore {
         let Some(path) = self.entry(tokens) else {
-            return false;
+            return Restore::Absent;
         };
+        // A state is loaded into an empty sequence.
+        if context.clear_kv_cache_seq(Some(0), None, None).is_err() {
+            context.clear_kv_cache();
+            return Restore::Failed;
+        }
         match context.state_seq_load_file(&path, 0, tokens.len()) {
             Ok((stored, _)) if stored == tokens => {
                 // Recently used: eviction goes by modification time.
@@ -110,7 +126,7 @@ impl PromptCache {
                     .append(true)
                     .open(&path)
                     .and_then(|file| file.set_modified(std::time::SystemTime::now()));
-                true
+                Restore::Restored
             }
             outcome => {
                 tracing::debug!(
@@ -119,7 +135,7 @@ impl PromptCache {
                     "prompt cache entry unusable; evaluating the prompt"
                 );
                 context.clear_kv_cache();
-                false
+                Restore::Failed
             }
         }
     }

@@ -547,13 +547,15 @@ fn embedded_model_says_it_has_no_tool_for_the_weather() {
 
 /// The prompt cache: the first run stores the model's state after each request's system turn,
 /// the next restores it and answers exactly as the first did, and broken entries (cut short,
-/// or not llama.cpp's at all) are evaluated again and replaced.
+/// or not llama.cpp's at all) are evaluated again and replaced. Within a run the answer's
+/// request reuses the call's context, which holds its system turn but for the last tokens;
+/// with the cache off too, and the answer is the same.
 #[test]
 fn embedded_model_answers_the_same_from_its_prompt_cache() {
     let dir = empty_dir("prompt-cache");
     let cache = dir.join("cache");
     let _ = std::fs::remove_dir_all(&cache);
-    let run = || {
+    let run_in = |cache: &std::path::Path| {
         let (code, events, stderr) = run_json_with(
             &dir,
             "What is 10 + 20? Use the add tool.",
@@ -562,10 +564,23 @@ fn embedded_model_answers_the_same_from_its_prompt_cache() {
         );
         assert_eq!(code, 0, "{stderr}");
         assert_adds(&events);
+        // Tokens each request found in the kept context, and its system turn's length.
+        let held: Vec<(usize, usize)> = stderr
+            .lines()
+            .filter(|line| line.contains("embedded model timing"))
+            .map(|line| (field(line, "held_tokens"), field(line, "shared_tokens")))
+            .collect();
+        assert_eq!(held.len(), 2, "the call and the answer: {stderr}");
+        assert_eq!(held[0].0, 0, "the call is the run's first request");
+        assert!(
+            held[1].0 + 8 >= held[1].1 && held[1].0 > 0,
+            "the answer's system turn is nearly all the call's opening: {held:?}"
+        );
         let restored = stderr.matches("restored=true").count();
         let evaluated = stderr.matches("restored=false").count();
         (calls_and_answer(&events), restored, evaluated)
     };
+    let run = || run_in(&cache);
     let entries = || -> Vec<std::path::PathBuf> {
         let mut found: Vec<_> = std::fs::read_dir(&cache)
             .map(|d| d.flatten().map(|e| e.path()).collect())
@@ -589,6 +604,17 @@ fn embedded_model_answers_the_same_from_its_prompt_cache() {
     assert_eq!(third, first);
     let (_, restored, _) = run();
     assert_eq!(restored, 2, "broken entries are replaced");
+    let (uncached, restored, _) = run_in(std::path::Path::new("off"));
+    assert_eq!(restored, 0);
+    assert_eq!(uncached, first);
+}
+
+/// The number after `name=` in a log line.
+fn field(line: &str, name: &str) -> usize {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix(&format!("{name}=")))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {line}"))
 }
 
 /// The calls a run made and its answer, to compare runs.
