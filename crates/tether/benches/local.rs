@@ -225,6 +225,11 @@ fn main() {
             natural::natural_dev();
             return;
         }
+        if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("naturaldev2") {
+            registry.shutdown().await;
+            natural::natural_dev2();
+            return;
+        }
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("twenty") {
             registry.shutdown().await;
             natural::natural_twenty();

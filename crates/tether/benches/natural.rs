@@ -182,6 +182,15 @@ pub fn natural_dev() {
     );
 }
 
+/// The second development set (`fixtures/natural_dev2.json`), written to find what the first
+/// no longer shows.
+pub fn natural_dev2() {
+    natural_set(
+        "natural_dev2.json",
+        "twenty more development questions across the seven reference servers (tether run --json, embedded model):",
+    );
+}
+
 /// Asks the questions of `fixtures/<fixture>` with the seven reference servers, over the same
 /// files, repository, database and memory.
 fn natural_set(fixture: &str, title: &str) {
@@ -253,6 +262,14 @@ fn natural_set(fixture: &str, title: &str) {
                 &command_env_output("Australia/Sydney", &["+%-I"]),
             )
             .replace("{year}", &command_output("date", &["+%Y"]))
+            .replace(
+                "{london_h24}",
+                &command_env_output("Europe/London", &["+%H"]),
+            )
+            .replace(
+                "{london_h12}",
+                &command_env_output("Europe/London", &["+%-I"]),
+            )
     };
     println!("{title}");
     let questions = fixture["questions"].as_array().unwrap();
