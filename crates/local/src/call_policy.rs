@@ -101,6 +101,20 @@ pub(crate) fn this_turn_text(messages: &[Message]) -> String {
     text
 }
 
+/// Everyday words and the words tools use for the same thing. Not "today" or "morning":
+/// "how are you today?" and "good morning" are small talk.
+const EVERYDAY: &[(&str, &[&str])] = &[
+    ("remember", &["memory"]),
+    ("recall", &["memory"]),
+    ("forget", &["memory"]),
+    ("memorize", &["memory"]),
+    ("memorise", &["memory"]),
+    ("year", &["date"]),
+    ("month", &["date"]),
+    ("folder", &["directory"]),
+    ("folders", &["directory"]),
+];
+
 /// Whether `text` has a word in common with some tool's name, description or parameters
 /// (arithmetic signs count as their words: `10 + 20` mentions "plus"). With none, a small
 /// model is not made to call a tool.
@@ -133,12 +147,15 @@ pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
     if text.contains(" - ") || text.contains(" minus ") {
         asked.push("minus".to_string());
     }
-    // Everyday words for what memory tools do: "remember that Bob likes tea" shares no word
-    // with `create_entities` in a "knowledge graph memory".
-    let remembering = ["remember", "recall", "forget", "memorize", "memorise"];
-    if asked.iter().any(|w| remembering.contains(&w.as_str())) {
-        asked.push("memory".to_string());
-    }
+    // Everyday words for what tools name otherwise: "remember that Bob likes tea" shares no
+    // word with `create_entities` in a "knowledge graph memory", "what year is it?" none with
+    // a clock's "current date and time", a folder is a directory.
+    let meant: Vec<String> = asked
+        .iter()
+        .filter_map(|w| EVERYDAY.iter().find(|(word, _)| word == w))
+        .flat_map(|(_, meant)| meant.iter().map(|m| m.to_string()))
+        .collect();
+    asked.extend(meant);
     // A message carrying the numbers a tool's required numeric parameters need is about it
     // ("take 7 away from 20" shares no word with `subtract`).
     let numbers = text
@@ -259,6 +276,7 @@ mod tests {
             "read notes.txt",
             "what time is it",
             "What day of the week is it?",
+            "What year is it?",
         ] {
             assert!(mentions_a_tool(asked, &tools), "{asked}");
         }
@@ -302,6 +320,15 @@ mod tests {
         assert!(!mentions_a_tool(
             "I have 3 cats",
             std::slice::from_ref(&subtract)
+        ));
+        let list = ToolDefinition {
+            name: "filesystem__list_directory".into(),
+            description: "List the files and directories in a directory.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        assert!(mentions_a_tool(
+            "What's in the docs folder?",
+            std::slice::from_ref(&list)
         ));
     }
 }

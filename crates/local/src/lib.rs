@@ -393,6 +393,7 @@ impl LocalProvider {
                     _ => {
                         let text = last_user.unwrap_or_default();
                         let narrowed = paths::property_tools_only(tools, text);
+                        let narrowed = paths::named_directory_tools_only(&narrowed, &known, text);
                         let narrowed = paths::existing_paths_only(&narrowed, &known, text);
                         let narrowed = numbers::written_numbers_only(&narrowed, text);
                         let narrowed = described::described_values_only(&narrowed, text);

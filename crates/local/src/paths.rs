@@ -350,6 +350,50 @@ pub fn property_tools_only(tools: &[ToolDefinition], text: &str) -> Vec<ToolDefi
     tools.to_vec()
 }
 
+/// A message naming a subdirectory that exists ("what's in the docs folder?") is about that
+/// directory: when an offered tool takes a directory, the tools that take no arguments at all
+/// (`list_allowed_directories`) go, since they cannot be told which. The small model chose
+/// the list of allowed directories over `list_directory` for that question.
+pub fn named_directory_tools_only(
+    tools: &[ToolDefinition],
+    known: &KnownPaths,
+    text: &str,
+) -> Vec<ToolDefinition> {
+    let subdirectories: Vec<String> = known
+        .directories
+        .iter()
+        .filter(|d| d.as_str() != ".")
+        .cloned()
+        .collect();
+    let takes_directory = |tool: &ToolDefinition| {
+        tool.parameters["properties"].as_object().is_some_and(|p| {
+            p.iter().any(|(name, schema)| {
+                is_free_string(schema)
+                    && matches!(
+                        kind_in(&tool.name, name),
+                        Some(PathKind::Directory | PathKind::Any)
+                    )
+            })
+        })
+    };
+    let takes_nothing = |tool: &ToolDefinition| {
+        tool.parameters["properties"]
+            .as_object()
+            .is_none_or(serde_json::Map::is_empty)
+    };
+    if files_named_in(text, &subdirectories).is_empty()
+        || !tools.iter().any(takes_directory)
+        || tools.iter().all(takes_nothing)
+    {
+        return tools.to_vec();
+    }
+    tools
+        .iter()
+        .filter(|t| !takes_nothing(t))
+        .cloned()
+        .collect()
+}
+
 /// Words that ask about a file's properties, not what it says.
 const PROPERTY_WORDS: &[&str] = &[
     "size",
@@ -511,6 +555,43 @@ mod tests {
         assert_eq!(
             property_tools_only(&[read_file()], "how big is notes.txt?"),
             [read_file()]
+        );
+    }
+
+    #[test]
+    fn a_named_folder_is_not_asked_of_a_tool_that_takes_nothing() {
+        let list = ToolDefinition {
+            name: "fs__list_directory".into(),
+            ..read_file()
+        };
+        let allowed = ToolDefinition {
+            name: "fs__list_allowed_directories".into(),
+            description: "List the directories this server may use.".into(),
+            parameters: json!({"type": "object", "properties": {}}),
+        };
+        let known = KnownPaths {
+            files: vec!["docs/plan.md".into()],
+            directories: vec![".".into(), "docs".into()],
+            repositories: Vec::new(),
+        };
+        let offered = [allowed.clone(), list.clone()];
+        assert_eq!(
+            named_directory_tools_only(&offered, &known, "What's in the docs folder?"),
+            std::slice::from_ref(&list)
+        );
+        // No folder named, or none that exists: the model chooses.
+        for asked in ["Which folders may you use?", "What's in the src folder?"] {
+            assert_eq!(
+                named_directory_tools_only(&offered, &known, asked).len(),
+                2,
+                "{asked}"
+            );
+        }
+        // Nothing offered takes a directory: nothing goes.
+        assert_eq!(
+            named_directory_tools_only(std::slice::from_ref(&allowed), &known, "the docs folder")
+                .len(),
+            1
         );
     }
 
