@@ -360,6 +360,23 @@ fn embedded_model_multiplies_when_asked_for_times() {
     assert_answer_holds(&events, "72");
 }
 
+/// A question in everyday words that share none with the clock's description ("year" for its
+/// "date") still reaches the clock, instead of a year the model makes up.
+#[test]
+fn embedded_model_reads_the_year_from_the_clock() {
+    let dir = empty_dir("year");
+    let year = || chrono::Utc::now().format("%Y").to_string();
+    let before = year();
+    let (code, events, stderr) = run_json(&dir, "What year is it?", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let started = first_call(&events);
+    assert_eq!(started["name"], "builtin__current_time", "{events:#?}");
+    // The year may turn while the question runs.
+    let answer = events.iter().find(|e| e["type"] == "turn_ended").unwrap();
+    let text = answer["text"].as_str().unwrap_or_default();
+    assert!(text.contains(&before) || text.contains(&year()), "{answer}");
+}
+
 /// A place the question names fixes the time zone: the grammar allows only its zone, where
 /// the model wrote "UTC" for Tokyo before.
 #[test]
