@@ -75,7 +75,17 @@ const SHORT_RESULT: usize = 60;
 /// (`fallback`) instead when it is empty, a call, gives a number that neither the result nor
 /// the question holds (`known`), or leaves out a number of a short `result` (the 135M model
 /// reports `add`'s 4 for "add 2 and 2" as "returned: 2").
-pub(crate) fn settle_answer(text: &str, fallback: &str, known: &str, result: &str) -> String {
+///
+/// When the question writes out names (a file, `shopping.md`) that some of the result's lines
+/// hold, an answer must name one of them too, and the result's sentence keeps to those lines.
+pub(crate) fn settle_answer(
+    text: &str,
+    fallback: &str,
+    known: &str,
+    result: &str,
+    named: &[String],
+) -> String {
+    let fallback = &narrowed_to_named(fallback, result, named);
     if text.trim_start().starts_with(['{', '[', '`']) {
         return fallback.to_string();
     }
@@ -96,10 +106,52 @@ pub(crate) fn settle_answer(text: &str, fallback: &str, known: &str, result: &st
         || from_nowhere
         || recites_part_of(answer, fallback, result)
         || strays_from(answer, &format!("{known} {fallback}"))
+        || leaves_out_the_named(answer, named, result)
     {
         return fallback.to_string();
     }
     answer.to_string()
+}
+
+/// The names of `named` that `result` holds (compared without case).
+fn named_in<'a>(named: &'a [String], result: &str) -> Vec<&'a String> {
+    let result = result.to_lowercase();
+    named
+        .iter()
+        .filter(|n| result.contains(&n.to_lowercase()))
+        .collect()
+}
+
+/// Whether `answer` names none of the names the question wrote that the result holds: asked
+/// "How big is shopping.md?" and given the sizes of the whole folder, the 135M model answered
+/// with the folder's total.
+fn leaves_out_the_named(answer: &str, named: &[String], result: &str) -> bool {
+    let held = named_in(named, result);
+    let answer = answer.to_lowercase();
+    !held.is_empty() && !held.iter().any(|n| answer.contains(&n.to_lowercase()))
+}
+
+/// The result's sentence (`fallback`, "The list_directory_with_sizes tool returned: …") kept
+/// to the lines of `result` that hold a name the question wrote, when those are some of its
+/// lines but not all; otherwise `fallback` as it is.
+fn narrowed_to_named(fallback: &str, result: &str, named: &[String]) -> String {
+    let held = named_in(named, result);
+    let lines: Vec<&str> = result.lines().filter(|l| !l.trim().is_empty()).collect();
+    let naming: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|line| {
+            let line = line.to_lowercase();
+            held.iter().any(|n| line.contains(&n.to_lowercase()))
+        })
+        .collect();
+    match fallback.find(':') {
+        Some(head) if !naming.is_empty() && naming.len() < lines.len() => {
+            let naming: Vec<&str> = naming.iter().map(|l| l.trim()).collect();
+            format!("{} {}", &fallback[..=head], naming.join("\n"))
+        }
+        _ => fallback.to_string(),
+    }
 }
 
 /// Whether `answer` recites the result's sentence (`fallback`) and gets it wrong: it opens
@@ -319,7 +371,7 @@ mod tests {
     fn an_answer_keeps_to_the_numbers_it_was_given() {
         let fallback = "The add tool returned: 4";
         let known = "Can you add 2 and 2 for me? 4";
-        let settle = |text: &str| settle_answer(text, fallback, known, "4");
+        let settle = |text: &str| settle_answer(text, fallback, known, "4", &[]);
         assert_eq!(settle("2 plus 2 is 4."), "2 plus 2 is 4.");
         assert_eq!(settle("It is 4 and 5."), fallback, "a number from nowhere");
         assert_eq!(
@@ -343,7 +395,7 @@ mod tests {
         let long = format!("{} 7", "word ".repeat(20));
         let known = format!("{known} {long}");
         assert_eq!(
-            settle_answer("It is 4.", fallback, &known, &long),
+            settle_answer("It is 4.", fallback, &known, &long, &[]),
             "It is 4."
         );
     }
@@ -358,14 +410,14 @@ mod tests {
             "The list_directory tool returned: [FILE] docs",
         ] {
             assert_eq!(
-                settle_answer(cut, &fallback, result, result),
+                settle_answer(cut, &fallback, result, result, &[]),
                 fallback,
                 "{cut}"
             );
         }
         // The whole result, with or without a full stop, or words of the model's own, stay.
         assert_eq!(
-            settle_answer(&fallback, &fallback, result, result),
+            settle_answer(&fallback, &fallback, result, result, &[]),
             fallback
         );
         let short = "The multiply tool returned: 72";
@@ -382,7 +434,7 @@ mod tests {
         let text = "The server is ready to use.\n\nThe server is ready to use.\n\nThe";
         assert!(answer_ends(text));
         assert_eq!(
-            settle_answer(text, "f", "Is the server ready to use?", ""),
+            settle_answer(text, "f", "Is the server ready to use?", "", &[]),
             "The server is ready to use."
         );
         assert!(!answer_ends("Yes. Yes. It is 4."));
@@ -413,5 +465,35 @@ mod tests {
             Some("The add tool returned: 30")
         );
         assert_eq!(last_result_sentence(&[]), None);
+    }
+
+    #[test]
+    fn an_answer_keeps_to_the_file_the_question_names() {
+        let result = "[DIR] docs\n[FILE] notes.txt    26 B\n[FILE] shopping.md    18 B\n\nTotal: 2 files, 44 B";
+        let fallback = format!("The list_directory_with_sizes tool returned: {result}");
+        let named = vec!["shopping.md".to_string()];
+        let known = format!("How big is shopping.md? {result}");
+        let settle = |text: &str| settle_answer(text, &fallback, &known, result, &named);
+        // The folder's total, not the file's size: the file's own line instead.
+        assert_eq!(
+            settle("The total is 44 B."),
+            "The list_directory_with_sizes tool returned: [FILE] shopping.md    18 B"
+        );
+        assert_eq!(settle("shopping.md is 18 B."), "shopping.md is 18 B.");
+        // A result that does not hold the name, or holds it on every line, is left whole.
+        assert_eq!(
+            narrowed_to_named("The read_file tool returned: Milk.", "Milk.", &named),
+            "The read_file tool returned: Milk."
+        );
+        assert_eq!(
+            settle_answer(
+                "Milk, eggs.",
+                "f",
+                "what is in shopping.md? Milk, eggs.",
+                "Milk, eggs.",
+                &named
+            ),
+            "Milk, eggs."
+        );
     }
 }

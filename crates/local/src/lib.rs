@@ -295,6 +295,9 @@ struct Prepared {
     known: String,
     /// The last tool result, which a short answer must report.
     result: String,
+    /// The paths and file names the question writes out, which an answer must keep to when
+    /// the result names them.
+    named: Vec<String>,
 }
 
 impl LocalProvider {
@@ -429,6 +432,15 @@ impl LocalProvider {
             fixed,
             known,
             result: last_result(&request.messages).to_string(),
+            named: request
+                .messages
+                .iter()
+                .rev()
+                .find_map(|m| match m {
+                    Message::User { content } => Some(paths::paths_written_in(content)),
+                    _ => None,
+                })
+                .unwrap_or_default(),
         })
     }
 }
@@ -689,7 +701,13 @@ fn generate<'m>(
         index = 0;
     }
     if let (true, Some(fallback)) = (whole, fallback) {
-        let answer = settle_answer(&text, fallback, &prepared.known, &prepared.result);
+        let answer = settle_answer(
+            &text,
+            fallback,
+            &prepared.known,
+            &prepared.result,
+            &prepared.named,
+        );
         let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(answer)));
     }
     // What the guard held back as a possible start of our prompt turned out not to be.

@@ -205,7 +205,7 @@ fn directories_meant(known: &KnownPaths, written: &[String], text: &str) -> Vec<
 
 /// Paths `text` writes out: words with a `/`, or a name with an extension (`notes.txt`),
 /// without the quotes and punctuation around them.
-fn paths_written_in(text: &str) -> Vec<String> {
+pub(crate) fn paths_written_in(text: &str) -> Vec<String> {
     text.split_whitespace()
         .map(|w| w.trim_matches(|c: char| "\"'`,;:?!()[]{}<>".contains(c)))
         .map(|w| w.trim_end_matches('.'))
