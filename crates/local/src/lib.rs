@@ -89,6 +89,8 @@ struct Engine {
     context_size: u32,
     /// Where the state after each prompt's system turn is kept, when anywhere.
     prompt_cache: Option<PromptCache>,
+    /// Whether the model thread keeps its context between requests.
+    keep_context: bool,
 }
 
 /// Settings of the embedded provider.
@@ -100,6 +102,9 @@ pub struct LocalOptions {
     pub threads: i32,
     /// A folder for the [prompt cache](prompt_cache); `None`: every prompt evaluated whole.
     pub prompt_cache: Option<PathBuf>,
+    /// Keep the context from one request to the next and evaluate only what a prompt adds
+    /// ([`kept`]); off only to time whole requests, as llama.cpp's tools run them.
+    pub keep_context: bool,
 }
 
 impl Default for LocalOptions {
@@ -108,6 +113,7 @@ impl Default for LocalOptions {
             grammar: true,
             threads: 0,
             prompt_cache: None,
+            keep_context: true,
         }
     }
 }
@@ -186,6 +192,7 @@ impl LocalProvider {
                 .prompt_cache
                 .clone()
                 .map(|dir| PromptCache::new(dir, path)),
+            keep_context: options.keep_context,
         };
         let engine = Arc::new(engine);
         let jobs = model_thread(engine.clone(), name.clone());
@@ -752,7 +759,9 @@ fn generate<'m>(
         }
     }
     let _ = tx.unbounded_send(Ok(StreamEvent::Stop(stop)));
-    *kept = Some(KeptContext::new(context, tokens, threads));
+    if engine.keep_context {
+        *kept = Some(KeptContext::new(context, tokens, threads));
+    }
     Ok(())
 }
 

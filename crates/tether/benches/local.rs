@@ -524,8 +524,10 @@ async fn bfcl(path: &std::path::Path) {
 async fn speed(path: &std::path::Path) {
     // A fixed count on both sides (the product chooses per request by the machine's load).
     let threads = tether_local::default_threads();
+    // Every request evaluated whole, as llama.cpp's tools run each one.
     let options = LocalOptions {
         threads,
+        keep_context: false,
         ..LocalOptions::default()
     };
     let provider = LocalProvider::load(path, "local".into(), options).unwrap();
@@ -637,8 +639,10 @@ async fn call_speed(path: &std::path::Path) {
         return;
     }
     let threads = tether_local::default_threads();
+    // Every request evaluated whole, as llama.cpp's tools run each one.
     let options = LocalOptions {
         threads,
+        keep_context: false,
         ..LocalOptions::default()
     };
     let provider = LocalProvider::load(path, "local".into(), options).unwrap();

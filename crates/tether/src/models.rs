@@ -274,6 +274,7 @@ async fn local_provider(spec: &str, args: &ModelArgs) -> Result<Box<dyn Provider
         grammar: !args.no_grammar,
         threads: args.threads.map_or(0, |n| i32::from(n.max(1))),
         prompt_cache: prompt_cache_dir(std::env::var_os("TETHER_PROMPT_CACHE")),
+        keep_context: true,
     };
     let provider = tokio::task::spawn_blocking(move || LocalProvider::load(&path, name, options))
         .await
