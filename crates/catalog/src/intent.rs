@@ -43,7 +43,17 @@ const NOTING: &[&str] = &["note", "jot"];
 /// Words that open a question or a request to be shown something.
 const ASKING: &[&str] = &[
     "what", "which", "who", "whom", "whose", "where", "when", "why", "how", "is", "are", "was",
-    "were", "do", "does", "did", "has", "have", "show", "list", "tell", "display", "see",
+    "were", "has", "have", "show", "list", "tell", "display", "see",
+];
+
+/// Openings that ask only when a question follows: "do you…", "does it…" or a question mark;
+/// "do some research on…" asks for work.
+const DOING: &[&str] = &["do", "does", "did"];
+
+/// Who a "do" question is about.
+const SUBJECTS: &[&str] = &[
+    "you", "i", "we", "they", "it", "he", "she", "this", "that", "these", "those", "the", "my",
+    "your", "our", "any", "anything", "anyone",
 ];
 
 /// What `text` asks: a message opening with an asking word is a question, whatever nouns it
@@ -52,8 +62,14 @@ const ASKING: &[&str] = &[
 pub(crate) fn intent_of(text: &str) -> Intent {
     let words = words_of(text);
     let first = words.first().map(String::as_str).unwrap_or_default();
+    let second = words.get(1).map(String::as_str).unwrap_or_default();
     let any = |verbs: &[&str]| words.iter().any(|w| verbs.contains(&w.as_str()));
-    if ASKING.contains(&first) {
+    let asks = if DOING.contains(&first) {
+        SUBJECTS.contains(&second) || text.trim_end().ends_with('?')
+    } else {
+        ASKING.contains(&first)
+    };
+    if asks {
         Intent::Ask
     } else if NOTING.contains(&first) {
         Intent::Change
@@ -226,6 +242,13 @@ mod tests {
             Intent::Change
         );
         assert_eq!(intent_of("read note.txt"), Intent::Unclear);
+        assert_eq!(intent_of("Do you remember Bob?"), Intent::Ask);
+        assert_eq!(intent_of("does the repo have a main branch"), Intent::Ask);
+        assert_eq!(
+            intent_of("do some research on quantum computing for me"),
+            Intent::Unclear
+        );
+        assert_eq!(intent_of("Do write it down"), Intent::Change);
     }
 
     #[test]
