@@ -85,7 +85,8 @@ pub(crate) fn settle_answer(
     result: &str,
     named: &[String],
 ) -> String {
-    let fallback = &narrowed_to_named(fallback, result, named);
+    let held = named_in(named, result);
+    let fallback = &narrowed_to_named(fallback, result, &held);
     if text.trim_start().starts_with(['{', '[', '`']) {
         return fallback.to_string();
     }
@@ -106,7 +107,7 @@ pub(crate) fn settle_answer(
         || from_nowhere
         || recites_part_of(answer, fallback, result)
         || strays_from(answer, &format!("{known} {fallback}"))
-        || leaves_out_the_named(answer, named, result)
+        || leaves_out_the_named(answer, &held)
     {
         return fallback.to_string();
     }
@@ -122,20 +123,18 @@ fn named_in<'a>(named: &'a [String], result: &str) -> Vec<&'a String> {
         .collect()
 }
 
-/// Whether `answer` names none of the names the question wrote that the result holds: asked
-/// "How big is shopping.md?" and given the sizes of the whole folder, the 135M model answered
-/// with the folder's total.
-fn leaves_out_the_named(answer: &str, named: &[String], result: &str) -> bool {
-    let held = named_in(named, result);
+/// Whether `answer` names none of `held`, the names the question wrote that the result holds:
+/// asked "How big is shopping.md?" and given the sizes of the whole folder, the 135M model
+/// answered with the folder's total.
+fn leaves_out_the_named(answer: &str, held: &[&String]) -> bool {
     let answer = answer.to_lowercase();
     !held.is_empty() && !held.iter().any(|n| answer.contains(&n.to_lowercase()))
 }
 
 /// The result's sentence (`fallback`, "The list_directory_with_sizes tool returned: …") kept
-/// to the lines of `result` that hold a name the question wrote, when those are some of its
-/// lines but not all; otherwise `fallback` as it is.
-fn narrowed_to_named(fallback: &str, result: &str, named: &[String]) -> String {
-    let held = named_in(named, result);
+/// to the lines of `result` that hold one of `held` (names the question wrote), when those are
+/// some of its lines but not all; otherwise `fallback` as it is.
+fn narrowed_to_named(fallback: &str, result: &str, held: &[&String]) -> String {
     let lines: Vec<&str> = result.lines().filter(|l| !l.trim().is_empty()).collect();
     let naming: Vec<&str> = lines
         .iter()
@@ -482,7 +481,11 @@ mod tests {
         assert_eq!(settle("shopping.md is 18 B."), "shopping.md is 18 B.");
         // A result that does not hold the name, or holds it on every line, is left whole.
         assert_eq!(
-            narrowed_to_named("The read_file tool returned: Milk.", "Milk.", &named),
+            narrowed_to_named(
+                "The read_file tool returned: Milk.",
+                "Milk.",
+                &named_in(&named, "Milk.")
+            ),
             "The read_file tool returned: Milk."
         );
         assert_eq!(

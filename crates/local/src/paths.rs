@@ -189,18 +189,23 @@ pub fn existing_paths_only(
 /// files are in this folder?" got `docs`, the one subdirectory there, when every directory was
 /// offered.
 fn directories_meant(known: &KnownPaths, written: &[String], text: &str) -> Vec<String> {
+    let mut meant = subdirectories_named_in(text, known);
+    meant.extend(written.iter().filter(|w| !w.contains('.')).cloned());
+    if meant.is_empty() && known.directories.iter().any(|d| d == ".") {
+        meant.push(".".to_string());
+    }
+    meant
+}
+
+/// The subdirectories of the working directory that `text` names (by path or name).
+fn subdirectories_named_in(text: &str, known: &KnownPaths) -> Vec<String> {
     let subdirectories: Vec<String> = known
         .directories
         .iter()
         .filter(|d| d.as_str() != ".")
         .cloned()
         .collect();
-    let mut meant = files_named_in(text, &subdirectories);
-    meant.extend(written.iter().filter(|w| !w.contains('.')).cloned());
-    if meant.is_empty() && known.directories.iter().any(|d| d == ".") {
-        meant.push(".".to_string());
-    }
-    meant
+    files_named_in(text, &subdirectories)
 }
 
 /// Paths `text` writes out: words with a `/`, or a name with an extension (`notes.txt`),
@@ -359,12 +364,6 @@ pub fn named_directory_tools_only(
     known: &KnownPaths,
     text: &str,
 ) -> Vec<ToolDefinition> {
-    let subdirectories: Vec<String> = known
-        .directories
-        .iter()
-        .filter(|d| d.as_str() != ".")
-        .cloned()
-        .collect();
     let takes_directory = |tool: &ToolDefinition| {
         tool.parameters["properties"].as_object().is_some_and(|p| {
             p.iter().any(|(name, schema)| {
@@ -381,7 +380,7 @@ pub fn named_directory_tools_only(
             .as_object()
             .is_none_or(serde_json::Map::is_empty)
     };
-    if files_named_in(text, &subdirectories).is_empty()
+    if subdirectories_named_in(text, known).is_empty()
         || !tools.iter().any(takes_directory)
         || tools.iter().all(takes_nothing)
     {
