@@ -26,6 +26,7 @@ pub mod numbers;
 pub mod paths;
 pub mod prompt_cache;
 pub mod revisions;
+mod sql;
 pub mod template;
 mod threads;
 pub mod zones;
@@ -305,6 +306,10 @@ struct Prepared {
     /// The paths and file names the question writes out, which an answer must keep to when
     /// the result names them.
     named: Vec<String>,
+    /// The offered tools that run SQL, with their query property (`sql`).
+    sql: Vec<(String, String)>,
+    /// Whether the question asks how many of something there are.
+    asks_count: bool,
 }
 
 impl LocalProvider {
@@ -414,6 +419,10 @@ impl LocalProvider {
                 }
             });
         let grammar = call_tools.as_deref().map(tool_call_grammar);
+        let sql = call_tools
+            .as_deref()
+            .map(sql::query_properties)
+            .unwrap_or_default();
         let max_tokens = match mode {
             CallMode::Answer | CallMode::LazyCall => {
                 request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
@@ -448,6 +457,8 @@ impl LocalProvider {
                     _ => None,
                 })
                 .unwrap_or_default(),
+            sql,
+            asks_count: last_user.is_some_and(sql::asks_how_many),
         })
     }
 }
@@ -745,6 +756,20 @@ fn generate<'m>(
         let calls = find_call(&text);
         match calls {
             Some((tool, arguments)) => {
+                let arguments = prepared
+                    .sql
+                    .iter()
+                    .find(|(name, _)| *name == tool)
+                    .and_then(|(_, property)| {
+                        sql::grounded_arguments(
+                            &arguments,
+                            property,
+                            &prepared.known,
+                            prepared.asks_count,
+                        )
+                    })
+                    .inspect(|revised| tracing::debug!(%revised, "embedded model query grounded"))
+                    .unwrap_or(arguments);
                 let _ = tx.unbounded_send(Ok(StreamEvent::ToolCallDelta {
                     index: 0,
                     id: Some(format!("call_{}", position)),
