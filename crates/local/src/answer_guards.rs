@@ -70,6 +70,12 @@ pub(crate) fn answer_ends(text: &str) -> bool {
 /// reports something else.
 const SHORT_RESULT: usize = 60;
 
+/// Whether `result` is short enough to be reported whole (`SHORT_RESULT`), and not empty.
+pub(crate) fn is_short_result(result: &str) -> bool {
+    let length = result.trim().chars().count();
+    length > 0 && length <= SHORT_RESULT
+}
+
 /// The answer a person gets, from all the model wrote after a tool result: cut where it
 /// recites our instruction or starts repeating itself; the result's own sentence
 /// (`fallback`) instead when it is empty, a call, gives a number that neither the result nor

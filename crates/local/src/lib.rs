@@ -25,6 +25,7 @@ mod narrowing;
 pub mod numbers;
 pub mod paths;
 pub mod prompt_cache;
+mod repeats;
 pub mod revisions;
 mod sql;
 pub mod template;
@@ -48,7 +49,8 @@ use tether_llm::{ChatRequest, LlmError, Provider, StopReason, StreamEvent, ToolC
 use tether_protocol::chat::{Message, ToolDefinition, Usage};
 
 use crate::answer_guards::{
-    EchoGuard, answer_ends, find_call, last_result, last_result_sentence, settle_answer,
+    EchoGuard, answer_ends, find_call, is_short_result, last_result, last_result_sentence,
+    settle_answer,
 };
 use crate::call_policy::{
     NO_TOOL_ANSWER, NO_TOOL_FITS, asks_to_look_up_unserved, mentions_a_tool, this_turn_text,
@@ -298,7 +300,7 @@ struct Prepared {
     /// What to answer instead when an answer turns out to be another call.
     fallback: Option<String>,
     /// The whole answer, given without running the model.
-    fixed: Option<&'static str>,
+    fixed: Option<String>,
     /// The question and the results it got: the numbers an answer may give.
     known: String,
     /// The last tool result, which a short answer must report.
@@ -419,22 +421,43 @@ impl LocalProvider {
                 }
             });
         let grammar = call_tools.as_deref().map(tool_call_grammar);
-        let sql = call_tools
-            .as_deref()
-            .map(sql::query_properties)
-            .unwrap_or_default();
         let max_tokens = match mode {
             CallMode::Answer | CallMode::LazyCall => {
                 request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
             }
             CallMode::RequiredCall | CallMode::UnconstrainedCall => MAX_CALL_TOKENS,
         };
-        // Asked for something looked up live with no tool for it, a small model invents it.
-        let fixed = (no_tool_fits && unserved).then_some(NO_TOOL_ANSWER);
         let fallback = (mode == CallMode::Answer)
             .then(|| last_result_sentence(&request.messages))
             .flatten();
         let known = this_turn_text(&request.messages);
+        let result = last_result(&request.messages).to_string();
+        let named = request
+            .messages
+            .iter()
+            .rev()
+            .find_map(|m| match m {
+                Message::User { content } => Some(paths::paths_written_in(content)),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let fixed = if no_tool_fits && unserved {
+            // Asked for something looked up live with no tool for it, a small model invents it.
+            Some(NO_TOOL_ANSWER.to_string())
+        } else if small && is_short_result(&result) {
+            // A short result is the answer. Held to the answer guards, the small model can only
+            // say it again (it wrote "The add tool returned 30." for 30), and writing that
+            // took a third of the README's first command (docs/decisions.md).
+            fallback
+                .as_deref()
+                .map(|f| settle_answer("", f, &known, &result, &named))
+        } else {
+            None
+        };
+        let sql = call_tools
+            .as_deref()
+            .map(sql::query_properties)
+            .unwrap_or_default();
         Ok(Prepared {
             prompt: rendered.text,
             shared_end: rendered.system_end,
@@ -447,16 +470,8 @@ impl LocalProvider {
             fallback,
             fixed,
             known,
-            result: last_result(&request.messages).to_string(),
-            named: request
-                .messages
-                .iter()
-                .rev()
-                .find_map(|m| match m {
-                    Message::User { content } => Some(paths::paths_written_in(content)),
-                    _ => None,
-                })
-                .unwrap_or_default(),
+            result,
+            named,
             sql,
             asks_count: last_user.is_some_and(sql::asks_how_many),
         })
@@ -478,8 +493,8 @@ fn generate<'m>(
     let grammar = prepared.grammar.as_deref();
     let fallback = prepared.fallback.as_deref();
     let (mode, max_tokens) = (prepared.mode, prepared.max_tokens);
-    if let Some(answer) = prepared.fixed {
-        let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(answer.to_string())));
+    if let Some(answer) = &prepared.fixed {
+        let _ = tx.unbounded_send(Ok(StreamEvent::TextDelta(answer.clone())));
         let _ = tx.unbounded_send(Ok(StreamEvent::Stop(StopReason::EndTurn)));
         return Ok(());
     }
@@ -769,6 +784,9 @@ fn generate<'m>(
                         )
                     })
                     .inspect(|revised| tracing::debug!(%revised, "embedded model query grounded"))
+                    .unwrap_or(arguments);
+                let arguments = repeats::without_repeats(&arguments)
+                    .inspect(|revised| tracing::debug!(%revised, "embedded model repeats dropped"))
                     .unwrap_or(arguments);
                 let _ = tx.unbounded_send(Ok(StreamEvent::ToolCallDelta {
                     index: 0,

@@ -566,21 +566,30 @@ fn embedded_model_says_it_has_no_tool_for_the_weather() {
 /// the next restores it and answers exactly as the first did, and broken entries (cut short,
 /// or not llama.cpp's at all) are evaluated again and replaced. Within a run the answer's
 /// request reuses the call's context, which holds its system turn but for the last tokens;
-/// with the cache off too, and the answer is the same.
+/// with the cache off too, and the answer is the same. The file read is longer than a short
+/// result, so the model writes the answer.
 #[test]
 fn embedded_model_answers_the_same_from_its_prompt_cache() {
     let dir = empty_dir("prompt-cache");
     let cache = dir.join("cache");
     let _ = std::fs::remove_dir_all(&cache);
+    std::fs::write(
+        dir.join("notes.txt"),
+        "The meeting is on Tuesday at ten, in the big room on the second floor.\n",
+    )
+    .unwrap();
     let run_in = |cache: &std::path::Path| {
         let (code, events, stderr) = run_json_with(
             &dir,
-            "What is 10 + 20? Use the add tool.",
+            "Read notes.txt for me.",
             &["-vv"],
             &[("TETHER_PROMPT_CACHE", cache.as_os_str())],
         );
         assert_eq!(code, 0, "{stderr}");
-        assert_adds(&events);
+        let (calls, _) = calls_and_answer(&events);
+        assert_eq!(calls.len(), 1, "{events:#?}");
+        assert_eq!(first_call(&events)["name"], "builtin__read_file");
+        assert_answer_holds(&events, "Tuesday");
         // Tokens each request found in the kept context, and its system turn's length.
         let held: Vec<(usize, usize)> = stderr
             .lines()
@@ -624,6 +633,20 @@ fn embedded_model_answers_the_same_from_its_prompt_cache() {
     let (uncached, restored, _) = run_in(std::path::Path::new("off"));
     assert_eq!(restored, 0);
     assert_eq!(uncached, first);
+}
+
+/// A short result is the answer: the model is not run again to say it ("The add tool
+/// returned 30." was all it wrote, at a third of the run's time).
+#[test]
+fn embedded_model_reports_a_short_result_without_writing_again() {
+    let dir = empty_dir("short-result");
+    let (code, events, stderr) = run_json(&dir, "What is 10 + 20? Use the add tool.", &["-vv"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_adds(&events);
+    let requests = stderr.matches("embedded model timing").count();
+    assert_eq!(requests, 1, "only the call runs the model: {stderr}");
+    let last = events.iter().find(|e| e["type"] == "turn_ended").unwrap();
+    assert_eq!(last["text"], "The add tool returned: 30", "{last}");
 }
 
 /// The number after `name=` in a log line.
