@@ -51,9 +51,9 @@ pub(crate) fn query_properties(tools: &[ToolDefinition]) -> Vec<(String, String)
     found
 }
 
-/// `arguments` (a JSON object) with the query in `property` grounded: a filter on values
-/// `known` does not hold dropped, and a count made of plain rows when `asks_count`. `None`
-/// when nothing changed.
+/// `arguments` (a JSON object) with the query in `property` grounded when it is a `SELECT`: a
+/// filter on values `known` does not hold dropped, and a count made of plain rows when
+/// `asks_count`. `None` when nothing changed.
 pub(crate) fn grounded_arguments(
     arguments: &str,
     property: &str,
@@ -62,6 +62,10 @@ pub(crate) fn grounded_arguments(
 ) -> Option<String> {
     let mut value: Value = serde_json::from_str(arguments).ok()?;
     let query = value.get(property)?.as_str()?.to_string();
+    // Only a query that reads: without its filter, an UPDATE or a DELETE would change every row.
+    if keyword_at(query.trim_start(), &["select"], 0).is_none_or(|(at, _)| at != 0) {
+        return None;
+    }
     let mut revised = without_invented_filter(&query, known);
     if asks_count {
         revised = counted(&revised);
@@ -234,6 +238,22 @@ mod tests {
             revised,
             json!({"query": "SELECT COUNT(*) FROM books;"}).to_string()
         );
+    }
+
+    #[test]
+    fn queries_that_change_rows_are_left_alone() {
+        let question = "Delete the books nobody reads.";
+        for query in [
+            "DELETE FROM books WHERE title = 'The Book of the City of Power'",
+            "UPDATE books SET author = 'X' WHERE title = 'Nothing'",
+            "WITH t AS (SELECT 1) DELETE FROM books WHERE title = 'Nothing'",
+        ] {
+            let arguments = json!({ "query": query }).to_string();
+            assert_eq!(
+                grounded_arguments(&arguments, "query", question, true),
+                None
+            );
+        }
     }
 
     #[test]
