@@ -14,6 +14,7 @@
 //! needs no C++, can be fetched by a build without this crate.
 
 mod answer_guards;
+mod call_checks;
 mod call_policy;
 mod decoding;
 pub mod described;
@@ -52,6 +53,7 @@ use crate::answer_guards::{
     EchoGuard, answer_ends, find_call, is_short_result, last_result, last_result_sentence,
     settle_answer,
 };
+use crate::call_checks::CallChecks;
 use crate::call_policy::{
     NO_TOOL_ANSWER, NO_TOOL_FITS, asks_to_look_up_unserved, mentions_a_tool, this_turn_text,
     with_system_note, without_server_instructions,
@@ -308,10 +310,8 @@ struct Prepared {
     /// The paths and file names the question writes out, which an answer must keep to when
     /// the result names them.
     named: Vec<String>,
-    /// The offered tools that run SQL, with their query property (`sql`).
-    sql: Vec<(String, String)>,
-    /// Whether the question asks how many of something there are.
-    asks_count: bool,
+    /// What a call's arguments are checked for once the model made it.
+    checks: CallChecks,
 }
 
 impl LocalProvider {
@@ -454,9 +454,9 @@ impl LocalProvider {
         } else {
             None
         };
-        let sql = call_tools
+        let checks = call_tools
             .as_deref()
-            .map(sql::query_properties)
+            .map(|tools| CallChecks::new(tools, last_user, &known))
             .unwrap_or_default();
         Ok(Prepared {
             prompt: rendered.text,
@@ -472,8 +472,7 @@ impl LocalProvider {
             known,
             result,
             named,
-            sql,
-            asks_count: last_user.is_some_and(sql::asks_how_many),
+            checks,
         })
     }
 }
@@ -771,23 +770,7 @@ fn generate<'m>(
         let calls = find_call(&text);
         match calls {
             Some((tool, arguments)) => {
-                let arguments = prepared
-                    .sql
-                    .iter()
-                    .find(|(name, _)| *name == tool)
-                    .and_then(|(_, property)| {
-                        sql::grounded_arguments(
-                            &arguments,
-                            property,
-                            &prepared.known,
-                            prepared.asks_count,
-                        )
-                    })
-                    .inspect(|revised| tracing::debug!(%revised, "embedded model query grounded"))
-                    .unwrap_or(arguments);
-                let arguments = repeats::without_repeats(&arguments)
-                    .inspect(|revised| tracing::debug!(%revised, "embedded model repeats dropped"))
-                    .unwrap_or(arguments);
+                let arguments = prepared.checks.checked(&tool, arguments);
                 let _ = tx.unbounded_send(Ok(StreamEvent::ToolCallDelta {
                     index: 0,
                     id: Some(format!("call_{}", position)),

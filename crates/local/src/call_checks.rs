@@ -1,0 +1,79 @@
+//! The checks a call's arguments get after the model made it and before anyone sees it: the
+//! SQL it wrote grounded in what the question and the results give ([`sql`](crate::sql)), and
+//! the items its lists repeat dropped ([`repeats`](crate::repeats)).
+
+use tether_protocol::chat::ToolDefinition;
+
+use crate::{repeats, sql};
+
+/// What the checks need of one request.
+#[derive(Debug, Default)]
+pub(crate) struct CallChecks {
+    /// The offered tools that run SQL, with their query property.
+    sql: Vec<(String, String)>,
+    /// Whether the question asks how many of something there are.
+    asks_count: bool,
+    /// The question and this turn's results: the values a filter may name.
+    known: String,
+}
+
+impl CallChecks {
+    /// The checks for a call to one of `tools`, asked `question`, with `known` given so far.
+    pub(crate) fn new(tools: &[ToolDefinition], question: Option<&str>, known: &str) -> Self {
+        CallChecks {
+            sql: sql::query_properties(tools),
+            asks_count: question.is_some_and(sql::asks_how_many),
+            known: known.to_string(),
+        }
+    }
+
+    /// `arguments` (JSON) for a call to `tool`, checked.
+    pub(crate) fn checked(&self, tool: &str, arguments: String) -> String {
+        let arguments = self
+            .sql
+            .iter()
+            .find(|(name, _)| name == tool)
+            .and_then(|(_, property)| {
+                sql::grounded_arguments(&arguments, property, &self.known, self.asks_count)
+            })
+            .inspect(|revised| tracing::debug!(%revised, "embedded model query grounded"))
+            .unwrap_or(arguments);
+        repeats::without_repeats(&arguments)
+            .inspect(|revised| tracing::debug!(%revised, "embedded model repeats dropped"))
+            .unwrap_or(arguments)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_call_to_a_tool_that_runs_sql_is_grounded_and_others_only_lose_repeats() {
+        let tools = [
+            ToolDefinition {
+                name: "sqlite__read_query".into(),
+                description: "Execute a SELECT query on the SQLite database".into(),
+                parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}}),
+            },
+            ToolDefinition {
+                name: "notes__search".into(),
+                description: "Search the notes".into(),
+                parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}}),
+            },
+        ];
+        let question = "How many books are there?";
+        let checks = CallChecks::new(&tools, Some(question), question);
+        let invented = json!({"query": "SELECT * FROM books WHERE title = 'Nothing'"}).to_string();
+        assert_eq!(
+            checks.checked("sqlite__read_query", invented.clone()),
+            json!({"query": "SELECT COUNT(*) FROM books"}).to_string()
+        );
+        assert_eq!(checks.checked("notes__search", invented.clone()), invented);
+        assert_eq!(
+            checks.checked("notes__search", json!({"tags": ["a", "a"]}).to_string()),
+            json!({"tags": ["a"]}).to_string()
+        );
+    }
+}
