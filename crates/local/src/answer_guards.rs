@@ -105,8 +105,7 @@ pub(crate) fn settle_answer(
     }
     let answer = text[..end].trim();
     let given = numbers_in(answer);
-    let left_out = result.trim().chars().count() <= SHORT_RESULT
-        && numbers_in(result).iter().any(|n| !given.contains(n));
+    let left_out = is_short_result(result) && numbers_in(result).iter().any(|n| !given.contains(n));
     let from_nowhere = given.iter().any(|n| !numbers_in(known).contains(n));
     if answer.is_empty()
         || left_out

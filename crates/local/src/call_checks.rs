@@ -13,28 +13,26 @@ pub(crate) struct CallChecks {
     sql: Vec<(String, String)>,
     /// Whether the question asks how many of something there are.
     asks_count: bool,
-    /// The question and this turn's results: the values a filter may name.
-    known: String,
 }
 
 impl CallChecks {
-    /// The checks for a call to one of `tools`, asked `question`, with `known` given so far.
-    pub(crate) fn new(tools: &[ToolDefinition], question: Option<&str>, known: &str) -> Self {
+    /// The checks for a call to one of `tools`, asked `question`.
+    pub(crate) fn new(tools: &[ToolDefinition], question: Option<&str>) -> Self {
         CallChecks {
             sql: sql::query_properties(tools),
             asks_count: question.is_some_and(sql::asks_how_many),
-            known: known.to_string(),
         }
     }
 
-    /// `arguments` (JSON) for a call to `tool`, checked.
-    pub(crate) fn checked(&self, tool: &str, arguments: String) -> String {
+    /// `arguments` (JSON) for a call to `tool`, checked against `known`, the question and this
+    /// turn's results (the values a filter may name).
+    pub(crate) fn checked(&self, tool: &str, arguments: String, known: &str) -> String {
         let arguments = self
             .sql
             .iter()
             .find(|(name, _)| name == tool)
             .and_then(|(_, property)| {
-                sql::grounded_arguments(&arguments, property, &self.known, self.asks_count)
+                sql::grounded_arguments(&arguments, property, known, self.asks_count)
             })
             .inspect(|revised| tracing::debug!(%revised, "embedded model query grounded"))
             .unwrap_or(arguments);
@@ -64,15 +62,22 @@ mod tests {
             },
         ];
         let question = "How many books are there?";
-        let checks = CallChecks::new(&tools, Some(question), question);
+        let checks = CallChecks::new(&tools, Some(question));
         let invented = json!({"query": "SELECT * FROM books WHERE title = 'Nothing'"}).to_string();
         assert_eq!(
-            checks.checked("sqlite__read_query", invented.clone()),
+            checks.checked("sqlite__read_query", invented.clone(), question),
             json!({"query": "SELECT COUNT(*) FROM books"}).to_string()
         );
-        assert_eq!(checks.checked("notes__search", invented.clone()), invented);
         assert_eq!(
-            checks.checked("notes__search", json!({"tags": ["a", "a"]}).to_string()),
+            checks.checked("notes__search", invented.clone(), question),
+            invented
+        );
+        assert_eq!(
+            checks.checked(
+                "notes__search",
+                json!({"tags": ["a", "a"]}).to_string(),
+                question
+            ),
             json!({"tags": ["a"]}).to_string()
         );
     }

@@ -456,7 +456,7 @@ impl LocalProvider {
         };
         let checks = call_tools
             .as_deref()
-            .map(|tools| CallChecks::new(tools, last_user, &known))
+            .map(|tools| CallChecks::new(tools, last_user))
             .unwrap_or_default();
         Ok(Prepared {
             prompt: rendered.text,
@@ -770,7 +770,7 @@ fn generate<'m>(
         let calls = find_call(&text);
         match calls {
             Some((tool, arguments)) => {
-                let arguments = prepared.checks.checked(&tool, arguments);
+                let arguments = prepared.checks.checked(&tool, arguments, &prepared.known);
                 let _ = tx.unbounded_send(Ok(StreamEvent::ToolCallDelta {
                     index: 0,
                     id: Some(format!("call_{}", position)),

@@ -63,9 +63,7 @@ pub(crate) fn grounded_arguments(
     let mut value: Value = serde_json::from_str(arguments).ok()?;
     let query = value.get(property)?.as_str()?.to_string();
     // Only a query that reads: without its filter, an UPDATE or a DELETE would change every row.
-    if keyword_at(query.trim_start(), &["select"], 0).is_none_or(|(at, _)| at != 0) {
-        return None;
-    }
+    select_end(&query)?;
     let mut revised = without_invented_filter(&query, known);
     if asks_count {
         revised = counted(&revised);
@@ -161,12 +159,19 @@ fn without_invented_filter(query: &str, known: &str) -> String {
     })
 }
 
+/// Where the `SELECT` that opens `query` ends, after its leading space; `None` when `query`
+/// does not open with one.
+fn select_end(query: &str) -> Option<usize> {
+    keyword_at(query.trim_start(), &["select"], 0)
+        .filter(|(at, _)| *at == 0)
+        .map(|(_, end)| end)
+}
+
 /// `query` counting its rows when it selects plain rows from one table: `SELECT * FROM t` or
 /// `SELECT a, b FROM t`, with no aggregate, grouping or limit.
 fn counted(query: &str) -> String {
     let trimmed = query.trim_start();
-    let Some((_, select_end)) = keyword_at(trimmed, &["select"], 0).filter(|(at, _)| *at == 0)
-    else {
+    let Some(select_end) = select_end(query) else {
         return query.to_string();
     };
     let Some((from_at, _)) = keyword_at(trimmed, &["from"], select_end) else {
