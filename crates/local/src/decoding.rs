@@ -49,10 +49,11 @@ pub(crate) fn call_draft(
     if next.is_empty() {
         return Vec::new();
     }
-    // Tokenised in pieces that end at each opening brace or bracket: the model writes `{`
-    // alone and then `"tool`, where the whole text tokenises as `{"` and `tool`.
+    // Tokenised in pieces that end at each brace or opening bracket: the model writes `{`
+    // alone and then `"tool`, where the whole text tokenises as `{"` and `tool`, and closes a
+    // call with `}` twice, not with the one token `}}`.
     let mut draft = Vec::new();
-    for piece in next.split_inclusive(['{', '[']) {
+    for piece in next.split_inclusive(['{', '[', '}']) {
         draft.extend(vocab.tokenize(piece.as_bytes(), false, false));
     }
     let room = usize::try_from(context_size)

@@ -94,22 +94,48 @@ fn merged(pieces: Vec<Piece>) -> Vec<Piece> {
     out
 }
 
-/// What probably comes next in a call among `tools` whose text so far is `text`: empty when
-/// the model has a real choice to make.
+/// The most characters one draft runs to: past a tool's name and its first argument's key, the
+/// guessed values and the keys between them, and no further, as every character of a wrong
+/// guess is evaluated for nothing.
+const MAX_DRAFT_CHARS: usize = 160;
+
+/// What probably comes next in a call among `tools` whose text so far is `text`, as far as it
+/// can be told: the text the grammar fixes, and at a value from a short list, the first option
+/// the call has not used yet (the list holds the message's own values in the order it writes
+/// them, as the narrowing modules leave it), with the text after it, and so on. Empty when the
+/// model has a real choice to make.
 pub fn next_text(tools: &[ToolDefinition], text: &str) -> String {
+    let mut drafted = String::new();
+    loop {
+        let (step, more) = next_step(tools, &format!("{text}{drafted}"));
+        if step.is_empty() || drafted.len() + step.len() > MAX_DRAFT_CHARS {
+            return drafted;
+        }
+        drafted.push_str(&step);
+        if !more {
+            return drafted;
+        }
+    }
+}
+
+/// One stretch of [`next_text`], up to the next place the model chooses, and whether drafting
+/// may go on past it: not after a number that may have more digits, whose draft is only the
+/// next text's first character, a cheap guess to lose.
+fn next_step(tools: &[ToolDefinition], text: &str) -> (String, bool) {
     let opener = format!("{CALL_OPENER}\"");
     if let Some(rest) = opener.strip_prefix(text) {
         // Before or in the opener: it, and then whatever the tool names share.
-        return format!("{rest}{}", after_opener(tools, "\""));
+        let (after, more) = after_opener(tools, "\"");
+        return (format!("{rest}{after}"), more);
     }
     match text.strip_prefix(CALL_OPENER) {
         Some(rest) => after_opener(tools, rest),
-        None => String::new(),
+        None => (String::new(), false),
     }
 }
 
 /// The draft after the opener, `written` being what follows it (`"add", "arg…`).
-fn after_opener(tools: &[ToolDefinition], written: &str) -> String {
+fn after_opener(tools: &[ToolDefinition], written: &str) -> (String, bool) {
     let calls: Vec<Vec<Piece>> = tools.iter().map(call_pieces).collect();
     // The tools whose fixed start agrees with what was written.
     let fitting: Vec<&Vec<Piece>> = calls
@@ -122,7 +148,7 @@ fn after_opener(tools: &[ToolDefinition], written: &str) -> String {
         })
         .collect();
     match fitting.as_slice() {
-        [] => String::new(),
+        [] => (String::new(), false),
         [only] => continue_pieces(only, written),
         several => {
             // The names' shared continuation is forced; past it the model chooses.
@@ -133,7 +159,7 @@ fn after_opener(tools: &[ToolDefinition], written: &str) -> String {
                     _ => None,
                 })
                 .collect();
-            shared_prefix(&starts).to_string()
+            (shared_prefix(&starts).to_string(), false)
         }
     }
 }
@@ -157,8 +183,9 @@ fn shared_prefix<'a>(texts: &[&'a str]) -> &'a str {
     &first[..end]
 }
 
-/// The draft for a call made of `pieces`, `written` of it written so far.
-fn continue_pieces(pieces: &[Piece], written: &str) -> String {
+/// The draft for a call made of `pieces`, `written` of it written so far, and whether drafting
+/// may go on past it ([`next_step`]).
+fn continue_pieces(pieces: &[Piece], written: &str) -> (String, bool) {
     let mut rest = written;
     let mut pieces = pieces.iter().peekable();
     while let Some(piece) = pieces.next() {
@@ -167,9 +194,9 @@ fn continue_pieces(pieces: &[Piece], written: &str) -> String {
                 if let Some(after) = rest.strip_prefix(fixed.as_str()) {
                     rest = after;
                 } else if let Some(left) = fixed.strip_prefix(rest) {
-                    return left.to_string();
+                    return (left.to_string(), true);
                 } else {
-                    return String::new();
+                    return (String::new(), false);
                 }
             }
             Piece::Value => match value_end(rest) {
@@ -179,12 +206,12 @@ fn continue_pieces(pieces: &[Piece], written: &str) -> String {
                 // text's first character, a cheap guess to lose.
                 Some((_, finished)) => {
                     return match pieces.peek() {
-                        Some(Piece::Fixed(next)) if finished => next.clone(),
-                        Some(Piece::Fixed(next)) => next.chars().take(1).collect(),
-                        _ => String::new(),
+                        Some(Piece::Fixed(next)) if finished => (next.clone(), true),
+                        Some(Piece::Fixed(next)) => (next.chars().take(1).collect(), false),
+                        _ => (String::new(), false),
                     };
                 }
-                None => return String::new(),
+                None => return (String::new(), false),
             },
             Piece::Choice(options) => {
                 if let Some(option) = options
@@ -197,22 +224,35 @@ fn continue_pieces(pieces: &[Piece], written: &str) -> String {
                 }
                 // The options this value can still become: what they share is next, and
                 // when one is left, its end and the fixed text after it.
-                let open: Vec<&str> = options
-                    .iter()
-                    .filter_map(|o| o.strip_prefix(rest))
-                    .collect();
-                return match open.as_slice() {
-                    [] => String::new(),
-                    [only] => match pieces.peek() {
-                        Some(Piece::Fixed(next)) => format!("{only}{next}"),
-                        _ => (*only).to_string(),
-                    },
-                    several => shared_prefix(several).to_string(),
+                let open: Vec<&String> = options.iter().filter(|o| o.starts_with(rest)).collect();
+                // Several: the first the call has not used yet (a guess, which the model
+                // confirms or not); with all used, what they share.
+                let chosen = match open.as_slice() {
+                    [] => return (String::new(), false),
+                    [only] => Some(*only),
+                    several => several.iter().copied().find(|o| !used(written, o)),
+                };
+                let Some(chosen) = chosen else {
+                    let rests: Vec<&str> = open.iter().map(|o| &o[rest.len()..]).collect();
+                    return (shared_prefix(&rests).to_string(), false);
+                };
+                let left = &chosen[rest.len()..];
+                return match pieces.peek() {
+                    Some(Piece::Fixed(next)) => (format!("{left}{next}"), true),
+                    _ => (left.to_string(), true),
                 };
             }
         }
     }
-    String::new()
+    (String::new(), false)
+}
+
+/// Whether the call text `written` gives `value` (JSON) as some argument already.
+fn used(written: &str, value: &str) -> bool {
+    written.match_indices(value).any(|(at, _)| {
+        written[..at].ends_with(": ")
+            && matches!(written[at + value.len()..].chars().next(), Some(',' | '}'))
+    })
 }
 
 /// Where the JSON value at the start of `text` can end, and whether it surely does there: after
@@ -368,22 +408,43 @@ mod tests {
     }
 
     #[test]
-    fn a_value_from_a_short_list_is_drafted_once_it_is_the_only_one_left() {
+    fn values_from_a_short_list_are_guessed_in_order_and_each_once() {
         let tools = [tool(
             "builtin__add",
             json!({"type": "object", "properties": {"a": {"type": "number", "enum": [10, 20]}, "b": {"type": "number", "enum": [10, 20]}}, "required": ["a", "b"]}),
         )];
         let start = "{\"tool\": \"builtin__add\", \"arguments\": {\"a\": ";
-        assert_eq!(next_text(&tools, start), "");
-        assert_eq!(next_text(&tools, &format!("{start}1")), "0, \"b\": ");
+        // The whole call: the first option, then the first one not used yet.
+        assert_eq!(next_text(&tools, ""), format!("{start}10, \"b\": 20}}}}"));
+        assert_eq!(next_text(&tools, start), "10, \"b\": 20}}");
+        assert_eq!(next_text(&tools, &format!("{start}1")), "0, \"b\": 20}}");
+        // The model chose otherwise: the guesses follow its choice.
+        assert_eq!(next_text(&tools, &format!("{start}2")), "0, \"b\": 10}}");
+        assert_eq!(next_text(&tools, &format!("{start}20, \"b\": ")), "10}}");
         assert_eq!(next_text(&tools, &format!("{start}10, \"b\": 2")), "0}}");
+        assert_eq!(next_text(&tools, &format!("{start}10, \"b\": 10")), "}}");
         let zones = [tool(
             "time__now",
             json!({"type": "object", "properties": {"zone": {"enum": ["Asia/Tokyo", "Asia/Taipei"]}}, "required": ["zone"]}),
         )];
         let start = "{\"tool\": \"time__now\", \"arguments\": {\"zone\": ";
-        assert_eq!(next_text(&zones, start), "\"Asia/T");
-        assert_eq!(next_text(&zones, &format!("{start}\"Asia/To")), "kyo\"}}");
+        assert_eq!(next_text(&zones, start), "\"Asia/Tokyo\"}}");
+        assert_eq!(next_text(&zones, &format!("{start}\"Asia/Ta")), "ipei\"}}");
+    }
+
+    #[test]
+    fn a_guess_stops_at_the_draft_limit() {
+        let options: Vec<String> = (0..40)
+            .map(|i| format!("option number {i} of very many choices here"))
+            .collect();
+        let property = json!({"enum": options});
+        let tools = [tool(
+            "pick",
+            json!({"type": "object", "properties": {"a": property, "b": property, "c": property}, "required": ["a", "b", "c"]}),
+        )];
+        let draft = next_text(&tools, "");
+        assert!(draft.len() <= MAX_DRAFT_CHARS, "{draft}");
+        assert!(draft.ends_with("choices here\", \"c\": "), "{draft}");
     }
 
     #[test]

@@ -70,8 +70,9 @@ pub const DEFAULT_MODEL_NAME: &str = "local:SmolLM2-135M-Instruct";
 const MAX_CONTEXT: u32 = 8192;
 const DEFAULT_MAX_TOKENS: u32 = 512;
 const MAX_CALL_TOKENS: u32 = 256;
-/// The most tokens drafted at once: a tool's name and its first argument's key.
-const MAX_DRAFT_TOKENS: usize = 24;
+/// The most tokens drafted at once: a tool's name, its first argument's key, and the values
+/// guessed from a short list with the keys between them.
+const MAX_DRAFT_TOKENS: usize = 40;
 
 static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
 
