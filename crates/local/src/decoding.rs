@@ -5,32 +5,104 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::sampling::LlamaSampler;
 use tether_llm::LlmError;
 
-use crate::{Engine, MAX_DRAFT_TOKENS, Prepared, draft, prompt_cache};
+use crate::prompt_cache::Restore;
+use crate::{Engine, MAX_DRAFT_TOKENS, Prepared, TOOL_GUIDE_OPENING, draft, prompt_cache};
 
-/// How many of `tokens` (the whole prompt) make its system turn, to evaluate apart and cache:
-/// 0 when it has none or it is too short to be worth it. Counted by tokenising the turn alone
-/// and keeping what both tokenisations agree on, so a token that spans the turn's end is
-/// evaluated with the rest.
-pub(crate) fn shared_tokens(
+/// The places in `system_turn` (byte offsets) where the prompt cache keeps a state besides its
+/// end (`Prepared::shared_marks`): after its first paragraph, the usage guide, and before the
+/// tool guide.
+pub(crate) fn shared_marks(system_turn: &str) -> Vec<usize> {
+    let mut marks = Vec::new();
+    if let Some(at) = system_turn.find("\n\n") {
+        marks.push(at + 2);
+    }
+    if let Some(at) = system_turn.rfind(&format!("\n\n{TOOL_GUIDE_OPENING}")) {
+        marks.push(at + 2);
+    }
+    marks.dedup();
+    marks
+}
+
+/// How many of `tokens` (the whole prompt) lead up to each place the prompt cache keeps, in
+/// ascending order, its system turn's end last: empty when it has none or it is too short to
+/// be worth it. Counted by tokenising the text up to the place alone and keeping what both
+/// tokenisations agree on, so a token that spans the place is evaluated with what follows.
+pub(crate) fn shared_levels(
     engine: &Engine,
     prepared: &Prepared,
     tokens: &[llama_cpp_2::token::LlamaToken],
-) -> usize {
+) -> Vec<usize> {
     if prepared.shared_end == 0 {
-        return 0;
+        return Vec::new();
     }
-    let Some(opening) = prepared.prompt.get(..prepared.shared_end) else {
-        return 0;
-    };
     let vocab = engine.model.vocab();
-    let alone = vocab.tokenize(opening.as_bytes(), vocab.should_add_bos(), true);
-    let agreed = alone.iter().zip(tokens).take_while(|(a, b)| a == b).count();
-    // At least one token is left to evaluate: its logits start the answer.
-    if agreed < prompt_cache::MIN_TOKENS || agreed >= tokens.len() {
-        0
-    } else {
-        agreed
+    let mut levels: Vec<usize> = Vec::new();
+    for end in prepared
+        .shared_marks
+        .iter()
+        .chain(std::iter::once(&prepared.shared_end))
+    {
+        let Some(opening) = prepared.prompt.get(..*end) else {
+            continue;
+        };
+        let alone = vocab.tokenize(opening.as_bytes(), vocab.should_add_bos(), true);
+        let agreed = alone.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+        // At least one token is left to evaluate: its logits start the answer.
+        if agreed >= prompt_cache::MIN_TOKENS
+            && agreed < tokens.len()
+            && levels.last().is_none_or(|last| agreed > *last)
+        {
+            levels.push(agreed);
+        }
     }
+    levels
+}
+
+/// Evaluates the system turn, `tokens` up to the last of `levels`, past the `held` tokens the
+/// context holds already: restored from the prompt cache up to the furthest level it holds,
+/// the rest evaluated a level at a time, each level's state stored. The turn is split at its
+/// levels cache or not, so that an answer never depends on the cache. Returns where the
+/// prompt's evaluation goes on, and whether a state was restored.
+pub(crate) fn evaluate_shared(
+    engine: &Engine,
+    context: &mut llama_cpp_2::context::LlamaContext<'_>,
+    batch: &mut LlamaBatch,
+    tokens: &[llama_cpp_2::token::LlamaToken],
+    levels: &[usize],
+    held: usize,
+    fail: &dyn Fn(String) -> LlmError,
+) -> Result<(usize, bool), LlmError> {
+    let mut start = held;
+    let mut restored = false;
+    if let Some(cache) = &engine.prompt_cache {
+        for &level in levels.iter().rev() {
+            if level <= start {
+                break;
+            }
+            match cache.restore(context, &tokens[..level]) {
+                Restore::Restored => {
+                    restored = true;
+                    start = level;
+                    break;
+                }
+                // The context is emptied: a shorter level may still be restored.
+                Restore::Failed => start = 0,
+                Restore::Absent => {}
+            }
+        }
+    }
+    let from = start;
+    for &level in levels.iter().filter(|level| **level > from) {
+        queue(batch, &tokens[start..level], start, false, fail)?;
+        context
+            .decode(batch)
+            .map_err(|e| fail(format!("cannot evaluate the prompt: {e}")))?;
+        if let Some(cache) = &engine.prompt_cache {
+            cache.store(context, &tokens[..level]);
+        }
+        start = level;
+    }
+    Ok((start, restored))
 }
 
 /// The tokens drafted to follow `text` in a required call (none in any other mode), to be
@@ -140,4 +212,25 @@ pub(crate) fn continue_decoding(
     context
         .decode(batch)
         .map_err(|e| fail(format!("cannot evaluate a token: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_the_usage_guide_and_all_but_the_tools() {
+        let turn = format!(
+            "<|im_start|>system\nYou are a helpful assistant.\n\nInstructions from the \"a\" server:\nBe brief.\n\nMore of them.\n\n{TOOL_GUIDE_OPENING}{{}}\nTools:\n- a__b(): c\n<|im_end|>\n"
+        );
+        let marks = shared_marks(&turn);
+        let texts: Vec<&str> = marks.iter().map(|m| &turn[..*m]).collect();
+        assert_eq!(texts.len(), 2, "{texts:?}");
+        assert!(texts[0].ends_with("You are a helpful assistant.\n\n"));
+        assert!(texts[1].ends_with("More of them.\n\n"));
+        // Without servers' instructions the two places are one.
+        let plain = format!("You are a helpful assistant.\n\n{TOOL_GUIDE_OPENING}{{}}");
+        assert_eq!(shared_marks(&plain).len(), 1);
+        assert!(shared_marks("no paragraphs").is_empty());
+    }
 }

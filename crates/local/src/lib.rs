@@ -58,10 +58,13 @@ use crate::call_policy::{
     NO_TOOL_ANSWER, NO_TOOL_FITS, asks_to_look_up_unserved, mentions_a_tool, this_turn_text,
     with_system_note, without_server_instructions,
 };
-use crate::decoding::{call_draft, continue_decoding, grammar_token, queue, shared_tokens};
+use crate::decoding::{
+    call_draft, continue_decoding, evaluate_shared, grammar_token, queue, shared_levels,
+    shared_marks,
+};
 use crate::grammar::tool_call_grammar;
 use crate::kept::{KeptContext, MIN_CONTEXT};
-use crate::prompt_cache::{PromptCache, Restore};
+use crate::prompt_cache::PromptCache;
 use crate::template::ChatTemplate;
 pub use crate::threads::{default_threads, threads_for_now};
 
@@ -224,12 +227,15 @@ enum CallMode {
     UnconstrainedCall,
 }
 
+/// How the tool guide opens: the place in the system turn where what differs between requests
+/// to the same servers begins.
+pub(crate) const TOOL_GUIDE_OPENING: &str = "You have tools. To use one, reply only with JSON: ";
+
 /// Tools described compactly (`name(a: number, b?: string): description`): small models
 /// read JSON schemas poorly, and every prompt token costs time on a CPU.
 fn tool_guide(tools: &[ToolDefinition]) -> String {
-    let mut text = String::from(
-        "You have tools. To use one, reply only with JSON: {\"tool\": \"<name>\", \"arguments\": {...}}\nTools:\n",
-    );
+    let mut text =
+        format!("{TOOL_GUIDE_OPENING}{{\"tool\": \"<name>\", \"arguments\": {{...}}}}\nTools:\n",);
     for tool in tools {
         let required: Vec<&str> = tool.parameters["required"]
             .as_array()
@@ -294,6 +300,10 @@ struct Prepared {
     prompt: String,
     /// Where the prompt's system turn ends, the part the prompt cache keeps (0: none).
     shared_end: usize,
+    /// Earlier places in the system turn the prompt cache also keeps, ascending: after the
+    /// usage guide every request opens with, and before the offered tools, after the
+    /// servers' instructions, which every request to the same servers shares.
+    shared_marks: Vec<usize>,
     /// The GBNF grammar of a call, when one is required or allowed.
     grammar: Option<String>,
     /// The tools of a required call, whose fixed text is drafted ([`draft`]).
@@ -460,6 +470,7 @@ impl LocalProvider {
             .map(|tools| CallChecks::new(tools, last_user))
             .unwrap_or_default();
         Ok(Prepared {
+            shared_marks: shared_marks(rendered.text.get(..rendered.system_end).unwrap_or("")),
             prompt: rendered.text,
             shared_end: rendered.system_end,
             grammar,
@@ -551,34 +562,17 @@ fn generate<'m>(
     let context_size = context.n_ctx();
     let mut batch = LlamaBatch::new(batch_size, 1);
     let made = started.elapsed();
-    // The system turn is evaluated on its own, restored from the prompt cache when it holds
-    // it, and always so, cache or not, so that an answer never depends on the cache. What the
-    // kept context holds of it already is not evaluated again.
-    let shared = shared_tokens(engine, prepared, &tokens);
-    let mut restored = false;
-    let mut start = held;
-    if shared > held {
-        if let Some(cache) = &engine.prompt_cache {
-            match cache.restore(&mut context, &tokens[..shared]) {
-                Restore::Restored => {
-                    restored = true;
-                    start = shared;
-                }
-                Restore::Failed => start = 0,
-                Restore::Absent => {}
-            }
-        }
-        if start < shared {
-            queue(&mut batch, &tokens[start..shared], start, false, &fail)?;
-            context
-                .decode(&mut batch)
-                .map_err(|e| fail(format!("cannot evaluate the prompt: {e}")))?;
-            if let Some(cache) = &engine.prompt_cache {
-                cache.store(&context, &tokens[..shared]);
-            }
-            start = shared;
-        }
-    }
+    let levels = shared_levels(engine, prepared, &tokens);
+    let shared = levels.last().copied().unwrap_or(0);
+    let (start, restored) = evaluate_shared(
+        engine,
+        &mut context,
+        &mut batch,
+        &tokens,
+        &levels,
+        held,
+        &fail,
+    )?;
     queue(&mut batch, &tokens[start..], start, true, &fail)?;
     // The index of the prompt's last row, whose logits choose the first token.
     let last_row = batch.n_tokens() - 1;

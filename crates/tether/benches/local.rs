@@ -328,17 +328,20 @@ fn main() {
 /// them, to compare. Measured with the prompt cache as a person's second and later runs have
 /// it, and without it (`TETHER_PROMPT_CACHE=off`), as their first.
 fn busy_machine() {
-    for cache in ["warm", "off"] {
+    for cache in ["warm", "shared", "off"] {
         busy_machine_with(cache);
     }
 }
 
+/// The README's first command quiet and beside a core-bound job, with the prompt cache `warm`
+/// (holding this question's system turns), `shared` (holding only what another question with
+/// other tools stored: the usage guide and the built-in server's instructions, as a question's
+/// first run finds it) or `off`.
 fn busy_machine_with(cache: &str) {
     let question = "What is 10 + 20? Use the add tool.";
     let dir = std::env::temp_dir().join(format!("tether-bench-busy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let timed = || {
-        let started = std::time::Instant::now();
+    let run = |question: &str, cache_dir: Option<&std::path::Path>| {
         let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tether"));
         command
             .args(["run", question])
@@ -347,7 +350,31 @@ fn busy_machine_with(cache: &str) {
             .stdin(std::process::Stdio::null());
         if cache == "off" {
             command.env("TETHER_PROMPT_CACHE", "off");
+        } else if let Some(cache_dir) = cache_dir {
+            command.env("TETHER_PROMPT_CACHE", cache_dir);
         }
+        command
+    };
+    // For `shared`: what another question stores, copied afresh before each timed run.
+    let other = dir.join("other-cache");
+    if cache == "shared" {
+        let _ = std::fs::remove_dir_all(&other);
+        let status = run("What is 12 times 7?", Some(&other)).output().unwrap();
+        assert!(status.status.success());
+    }
+    let fresh = dir.join("fresh-cache");
+    let timed = || {
+        let mut command = if cache == "shared" {
+            let _ = std::fs::remove_dir_all(&fresh);
+            std::fs::create_dir_all(&fresh).unwrap();
+            for entry in std::fs::read_dir(&other).unwrap().flatten() {
+                std::fs::copy(entry.path(), fresh.join(entry.file_name())).unwrap();
+            }
+            run(question, Some(&fresh))
+        } else {
+            run(question, None)
+        };
+        let started = std::time::Instant::now();
         let output = command.output().unwrap();
         assert!(
             output.status.success(),
@@ -386,8 +413,12 @@ fn busy_machine_with(cache: &str) {
     };
     let (q, q_min, q_max) = median(&mut quiet);
     let (b, b_min, b_max) = median(&mut busy);
+    let described = match cache {
+        "shared" => "holding another question's system turn (12 times 7)",
+        other => other,
+    };
     println!(
-        "the README's first command, prompt cache {cache}, {rounds} interleaved rounds, median (min–max):"
+        "the README's first command, prompt cache {described}, {rounds} interleaved rounds, median (min–max):"
     );
     println!("  quiet machine:                 {q:.2} s ({q_min:.2}–{q_max:.2})");
     println!("  with one core-bound job:       {b:.2} s ({b_min:.2}–{b_max:.2})");

@@ -616,15 +616,21 @@ fn embedded_model_answers_the_same_from_its_prompt_cache() {
     };
     let (first, restored, evaluated) = run();
     assert_eq!((restored, evaluated), (0, 2), "the call and the answer");
-    assert_eq!(entries().len(), 2, "{:?}", entries());
+    // The call's system turn, its usage guide and all but its tools; the answer's turn.
+    assert!(entries().len() >= 3, "{:?}", entries());
     let (second, restored, evaluated) = run();
     assert_eq!((restored, evaluated), (2, 0));
     assert_eq!(second, first);
 
-    let stored = entries();
-    let whole = std::fs::read(&stored[0]).unwrap();
-    std::fs::write(&stored[0], &whole[..whole.len() / 2]).unwrap();
-    std::fs::write(&stored[1], b"not a state file").unwrap();
+    // Every entry broken: cut short, or not a state file at all.
+    for (i, stored) in entries().iter().enumerate() {
+        if i % 2 == 0 {
+            let whole = std::fs::read(stored).unwrap();
+            std::fs::write(stored, &whole[..whole.len() / 2]).unwrap();
+        } else {
+            std::fs::write(stored, b"not a state file").unwrap();
+        }
+    }
     let (third, restored, evaluated) = run();
     assert_eq!((restored, evaluated), (0, 2));
     assert_eq!(third, first);
@@ -633,6 +639,39 @@ fn embedded_model_answers_the_same_from_its_prompt_cache() {
     let (uncached, restored, _) = run_in(std::path::Path::new("off"));
     assert_eq!(restored, 0);
     assert_eq!(uncached, first);
+}
+
+/// A question with other tools than the last restores what the two share from the prompt
+/// cache (the usage guide and the servers' instructions) and evaluates only its own tools,
+/// and answers as it does with no cache at all.
+#[test]
+fn embedded_model_reuses_the_shared_part_of_its_system_turn() {
+    let dir = empty_dir("prompt-cache-levels");
+    let cache = dir.join("cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let run_in = |question: &str, cache: &std::path::Path| {
+        let (code, events, stderr) = run_json_with(
+            &dir,
+            question,
+            &["-vv"],
+            &[("TETHER_PROMPT_CACHE", cache.as_os_str())],
+        );
+        assert_eq!(code, 0, "{stderr}");
+        let timing = stderr
+            .lines()
+            .find(|line| line.contains("embedded model timing"))
+            .unwrap_or_else(|| panic!("no timing: {stderr}"))
+            .to_string();
+        (calls_and_answer(&events), timing)
+    };
+    let (_, timing) = run_in("What is 10 + 20? Use the add tool.", &cache);
+    assert!(timing.contains("restored=false"), "{timing}");
+    let (cached, timing) = run_in("What is 12 times 7?", &cache);
+    assert!(timing.contains("restored=true"), "{timing}");
+    assert_eq!(cached.0[0][0], "builtin__multiply", "{cached:?}");
+    let (uncached, timing) = run_in("What is 12 times 7?", std::path::Path::new("off"));
+    assert!(timing.contains("restored=false"), "{timing}");
+    assert_eq!(cached, uncached);
 }
 
 /// A short result is the answer: the model is not run again to say it ("The add tool
