@@ -1,10 +1,12 @@
 //! The checks a call's arguments get after the model made it and before anyone sees it: the
-//! SQL it wrote grounded in what the question and the results give ([`sql`](crate::sql)), and
-//! the items its lists repeat dropped ([`repeats`](crate::repeats)).
+//! SQL it wrote grounded in what the question and the results give ([`sql`](crate::sql)), the
+//! items its lists repeat dropped ([`repeats`](crate::repeats)), and the places the question
+//! names given to a tool's zone parameters in order when the model gave one to all
+//! ([`zones`](crate::zones)).
 
 use tether_protocol::chat::ToolDefinition;
 
-use crate::{repeats, sql};
+use crate::{repeats, sql, zones};
 
 /// What the checks need of one request.
 #[derive(Debug, Default)]
@@ -13,6 +15,9 @@ pub(crate) struct CallChecks {
     sql: Vec<(String, String)>,
     /// Whether the question asks how many of something there are.
     asks_count: bool,
+    /// The offered tools with several zone parameters, those parameters, and the zones the
+    /// question names, in its order.
+    zones: Vec<(String, Vec<String>, Vec<String>)>,
 }
 
 impl CallChecks {
@@ -21,6 +26,7 @@ impl CallChecks {
         CallChecks {
             sql: sql::query_properties(tools),
             asks_count: question.is_some_and(sql::asks_how_many),
+            zones: zones::zone_properties(tools),
         }
     }
 
@@ -35,6 +41,13 @@ impl CallChecks {
                 sql::grounded_arguments(&arguments, property, known, self.asks_count)
             })
             .inspect(|revised| tracing::debug!(%revised, "embedded model query grounded"))
+            .unwrap_or(arguments);
+        let arguments = self
+            .zones
+            .iter()
+            .find(|(name, _, _)| name == tool)
+            .and_then(|(_, properties, zones)| zones::distinct_zones(&arguments, properties, zones))
+            .inspect(|revised| tracing::debug!(%revised, "embedded model zones told apart"))
             .unwrap_or(arguments);
         repeats::without_repeats(&arguments)
             .inspect(|revised| tracing::debug!(%revised, "embedded model repeats dropped"))

@@ -3,12 +3,14 @@
 //! (`timezone`, `source_timezone`, `tz`, …) is narrowed to those zones' IANA names, so the
 //! grammar cannot produce "UTC" for Tokyo's time or an invented zone. Places come from the
 //! system's tz database tables (`zone1970.tab`, `iso3166.tab`); without them nothing is
-//! narrowed.
+//! narrowed. A call that gives one of those zones to every zone parameter of a tool taking
+//! several (`source_timezone`, `target_timezone`) when the question names several gets them
+//! in the question's order instead ([`distinct_zones`]).
 
 use std::path::Path;
 use std::sync::OnceLock;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tether_protocol::chat::ToolDefinition;
 
 use crate::narrowing::{edit_properties, is_free, words_of};
@@ -127,6 +129,62 @@ pub fn named_zones_only(tools: &[ToolDefinition], zones: &[String]) -> Vec<ToolD
     })
 }
 
+/// For each of `tools` (as narrowed) taking two or more zone parameters narrowed to the same
+/// two or more zones: its name, those parameters in schema order, and the zones in the order
+/// the question names them.
+pub(crate) fn zone_properties(tools: &[ToolDefinition]) -> Vec<(String, Vec<String>, Vec<String>)> {
+    tools
+        .iter()
+        .filter_map(|tool| {
+            let properties = tool.parameters.get("properties")?.as_object()?;
+            let mut names = Vec::new();
+            let mut zones: Option<Vec<String>> = None;
+            for (name, schema) in properties {
+                let Some(options) = schema.get("enum").and_then(Value::as_array) else {
+                    continue;
+                };
+                if !is_zone_parameter(name) {
+                    continue;
+                }
+                let options: Vec<String> = options
+                    .iter()
+                    .filter_map(|o| o.as_str().map(str::to_string))
+                    .collect();
+                if zones.as_ref().is_some_and(|z| *z != options) {
+                    return None;
+                }
+                zones = Some(options);
+                names.push(name.clone());
+            }
+            let zones = zones.filter(|z| z.len() >= 2)?;
+            (names.len() >= 2).then(|| (tool.name.clone(), names, zones))
+        })
+        .collect()
+}
+
+/// `arguments` (JSON) with `properties` given `zones` in order, when the model gave them all
+/// the same one of `zones`: a conversion "from London to Tokyo" had been called from Tokyo to
+/// Tokyo. `None` when nothing changes.
+pub(crate) fn distinct_zones(
+    arguments: &str,
+    properties: &[String],
+    zones: &[String],
+) -> Option<String> {
+    let mut object: serde_json::Map<String, Value> = serde_json::from_str(arguments).ok()?;
+    let given: Vec<&str> = properties
+        .iter()
+        .map(|p| object.get(p).and_then(Value::as_str))
+        .collect::<Option<_>>()?;
+    let first = *given.first()?;
+    if !zones.iter().any(|z| z == first) || given.iter().any(|g| *g != first) {
+        return None;
+    }
+    for (property, zone) in properties.iter().zip(zones) {
+        object.insert(property.clone(), json!(zone));
+    }
+    serde_json::to_string(&object).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,5 +243,40 @@ mod tests {
     #[test]
     fn without_the_tables_nothing_is_named() {
         assert!(read_places(Path::new("/nonexistent")).is_empty());
+    }
+
+    #[test]
+    fn a_conversion_between_two_named_places_gets_both() {
+        let tool = ToolDefinition {
+            name: "time__convert_time".into(),
+            description: String::new(),
+            parameters: json!({"type": "object", "properties": {
+                "source_timezone": {"type": "string"},
+                "time": {"type": "string"},
+                "target_timezone": {"type": "string"},
+            }}),
+        };
+        let zones = vec!["Europe/London".to_string(), "Asia/Tokyo".to_string()];
+        let narrowed = named_zones_only(std::slice::from_ref(&tool), &zones);
+        let found = zone_properties(&narrowed);
+        assert_eq!(found.len(), 1);
+        let (name, properties, listed) = &found[0];
+        assert_eq!(name, "time__convert_time");
+        assert_eq!(properties, &["source_timezone", "target_timezone"]);
+        assert_eq!(listed, &zones);
+        let same = json!({"source_timezone": "Asia/Tokyo", "time": "09:00", "target_timezone": "Asia/Tokyo"});
+        let fixed: Value =
+            serde_json::from_str(&distinct_zones(&same.to_string(), properties, listed).unwrap())
+                .unwrap();
+        assert_eq!(
+            fixed,
+            json!({"source_timezone": "Europe/London", "time": "09:00", "target_timezone": "Asia/Tokyo"})
+        );
+        // Two zones the model chose apart are its own.
+        let apart = json!({"source_timezone": "Asia/Tokyo", "time": "09:00", "target_timezone": "Europe/London"});
+        assert_eq!(distinct_zones(&apart.to_string(), properties, listed), None);
+        // One named place: nothing to tell apart.
+        let one = named_zones_only(&[tool], &zones[..1]);
+        assert!(zone_properties(&one).is_empty());
     }
 }

@@ -230,6 +230,11 @@ fn main() {
             natural::natural_dev2();
             return;
         }
+        if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("naturaldev3") {
+            registry.shutdown().await;
+            natural::natural_dev3();
+            return;
+        }
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("twenty") {
             registry.shutdown().await;
             natural::natural_twenty();

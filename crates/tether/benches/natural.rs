@@ -191,6 +191,15 @@ pub fn natural_dev2() {
     );
 }
 
+/// The third development set (`fixtures/natural_dev3.json`), written to find where a right
+/// tool still gives a wrong answer.
+pub fn natural_dev3() {
+    natural_set(
+        "natural_dev3.json",
+        "a third twenty development questions across the seven reference servers (tether run --json, embedded model):",
+    );
+}
+
 /// Asks the questions of `fixtures/<fixture>` with the seven reference servers, over the same
 /// files, repository, database and memory.
 fn natural_set(fixture: &str, title: &str) {
