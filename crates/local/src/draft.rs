@@ -100,7 +100,7 @@ fn merged(pieces: Vec<Piece>) -> Vec<Piece> {
 const MAX_DRAFT_CHARS: usize = 160;
 
 /// What probably comes next in a call among `tools` whose text so far is `text`, as far as it
-/// can be told: the text the grammar fixes, and at a value from a short list, the first option
+/// can be told: the text the grammar fixes, and at a value from a list (`enum`), the first option
 /// the call has not used yet (the list holds the message's own values in the order it writes
 /// them, as the narrowing modules leave it), with the text after it, and so on. Empty when the
 /// model has a real choice to make.
@@ -108,7 +108,9 @@ pub fn next_text(tools: &[ToolDefinition], text: &str) -> String {
     let mut drafted = String::new();
     loop {
         let (step, more) = next_step(tools, &format!("{text}{drafted}"));
-        if step.is_empty() || drafted.len() + step.len() > MAX_DRAFT_CHARS {
+        // The first stretch is drafted whatever its length, as before there were guesses.
+        let too_long = !drafted.is_empty() && drafted.len() + step.len() > MAX_DRAFT_CHARS;
+        if step.is_empty() || too_long {
             return drafted;
         }
         drafted.push_str(&step);
@@ -222,11 +224,10 @@ fn continue_pieces(pieces: &[Piece], written: &str) -> (String, bool) {
                     rest = &rest[option.len()..];
                     continue;
                 }
-                // The options this value can still become: what they share is next, and
-                // when one is left, its end and the fixed text after it.
+                // The options this value can still become. One: its end and the fixed text
+                // after it. Several: the first the call has not used yet, a guess the model
+                // confirms or not; with all of them used, only what they share.
                 let open: Vec<&String> = options.iter().filter(|o| o.starts_with(rest)).collect();
-                // Several: the first the call has not used yet (a guess, which the model
-                // confirms or not); with all used, what they share.
                 let chosen = match open.as_slice() {
                     [] => return (String::new(), false),
                     [only] => Some(*only),
@@ -430,6 +431,18 @@ mod tests {
         let start = "{\"tool\": \"time__now\", \"arguments\": {\"zone\": ";
         assert_eq!(next_text(&zones, start), "\"Asia/Tokyo\"}}");
         assert_eq!(next_text(&zones, &format!("{start}\"Asia/Ta")), "ipei\"}}");
+    }
+
+    #[test]
+    fn a_long_first_stretch_is_drafted_whole() {
+        let name = format!("server__{}", "very_long_name_".repeat(12));
+        let tools = [tool(
+            &name,
+            json!({"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]}),
+        )];
+        let draft = next_text(&tools, "");
+        assert!(draft.len() > MAX_DRAFT_CHARS, "{draft}");
+        assert!(draft.ends_with("{\"a\": "), "{draft}");
     }
 
     #[test]

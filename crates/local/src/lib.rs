@@ -235,7 +235,7 @@ pub(crate) const TOOL_GUIDE_OPENING: &str = "You have tools. To use one, reply o
 /// read JSON schemas poorly, and every prompt token costs time on a CPU.
 fn tool_guide(tools: &[ToolDefinition]) -> String {
     let mut text =
-        format!("{TOOL_GUIDE_OPENING}{{\"tool\": \"<name>\", \"arguments\": {{...}}}}\nTools:\n",);
+        format!("{TOOL_GUIDE_OPENING}{{\"tool\": \"<name>\", \"arguments\": {{...}}}}\nTools:\n");
     for tool in tools {
         let required: Vec<&str> = tool.parameters["required"]
             .as_array()

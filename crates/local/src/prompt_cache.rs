@@ -1,6 +1,8 @@
 //! The prompt cache: the model's state after a prompt's system turn (the usage guide, the
 //! servers' instructions, the offered tools), kept on disk so that the next request with the
-//! same opening, in this process or the next `tether run`, evaluates only what follows it.
+//! same opening, in this process or the next `tether run`, evaluates only what follows it; and
+//! the state at the turn's earlier levels (after the usage guide, before the tools: see
+//! `decoding::evaluate_shared`), so that a request with other tools evaluates only its own.
 //! On two cores the 165 tokens of the README's first command's system turn took about 0.5 s,
 //! more than the model's whole answer; loading them takes a few milliseconds.
 //!
@@ -17,8 +19,9 @@ use std::path::{Path, PathBuf};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::token::LlamaToken;
 
-/// The most entries kept: one per set of tools and servers a person uses, two requests each.
-pub const MAX_ENTRIES: usize = 64;
+/// The most entries kept: one per set of tools and servers a person uses, two requests each,
+/// and the levels those share.
+pub const MAX_ENTRIES: usize = 128;
 
 /// The most bytes kept: the 135M model's entries are 2–4 MB, a 1.5B model's long system turn
 /// tens of megabytes.
