@@ -2,11 +2,12 @@
 //! SQL it wrote grounded in what the question and the results give ([`sql`](crate::sql)), the
 //! items its lists repeat dropped ([`repeats`](crate::repeats)), and the places the question
 //! names given to a tool's zone parameters in order when the model gave one to all
-//! ([`zones`](crate::zones)).
+//! ([`zones`](crate::zones)), and the words it ran together given back as the question
+//! writes them ([`phrases`](crate::phrases)).
 
 use tether_protocol::chat::ToolDefinition;
 
-use crate::{repeats, sql, zones};
+use crate::{phrases, repeats, sql, zones};
 
 /// What the checks need of one request.
 #[derive(Debug, Default)]
@@ -18,6 +19,8 @@ pub(crate) struct CallChecks {
     /// The offered tools with several zone parameters, those parameters, and the zones the
     /// question names, in its order.
     zones: Vec<(String, Vec<String>, Vec<String>)>,
+    /// The question, whose words a call's texts may have run together.
+    question: String,
 }
 
 impl CallChecks {
@@ -27,6 +30,7 @@ impl CallChecks {
             sql: sql::query_properties(tools),
             asks_count: question.is_some_and(sql::asks_how_many),
             zones: zones::zone_properties(tools),
+            question: question.unwrap_or_default().to_string(),
         }
     }
 
@@ -48,6 +52,9 @@ impl CallChecks {
             .find(|(name, _, _)| name == tool)
             .and_then(|(_, properties, zones)| zones::distinct_zones(&arguments, properties, zones))
             .inspect(|revised| tracing::debug!(%revised, "embedded model zones told apart"))
+            .unwrap_or(arguments);
+        let arguments = phrases::as_written(&arguments, &self.question)
+            .inspect(|revised| tracing::debug!(%revised, "embedded model words given back"))
             .unwrap_or(arguments);
         repeats::without_repeats(&arguments)
             .inspect(|revised| tracing::debug!(%revised, "embedded model repeats dropped"))

@@ -25,6 +25,7 @@ mod named;
 mod narrowing;
 pub mod numbers;
 pub mod paths;
+mod phrases;
 pub mod prompt_cache;
 mod repeats;
 pub mod revisions;
