@@ -101,4 +101,35 @@ mod tests {
             json!({"tags": ["a"]}).to_string()
         );
     }
+
+    #[test]
+    fn zones_are_told_apart_and_joined_words_given_back() {
+        let convert = ToolDefinition {
+            name: "time__convert_time".into(),
+            description: String::new(),
+            parameters: json!({"type": "object", "properties": {
+                "source_timezone": {"type": "string", "enum": ["Europe/London", "Asia/Tokyo"]},
+                "target_timezone": {"type": "string", "enum": ["Europe/London", "Asia/Tokyo"]},
+            }}),
+        };
+        let remember = ToolDefinition {
+            name: "memory__create_entities".into(),
+            description: String::new(),
+            parameters: json!({"type": "object", "properties": {"entities": {"type": "array"}}}),
+        };
+        let question = "Convert London time to Tokyo time, and remember that Bob likes green tea.";
+        let checks = CallChecks::new(&[convert, remember], Some(question));
+        let same = json!({"source_timezone": "Asia/Tokyo", "target_timezone": "Asia/Tokyo"});
+        assert_eq!(
+            checks.checked("time__convert_time", same.to_string(), question),
+            json!({"source_timezone": "Europe/London", "target_timezone": "Asia/Tokyo"})
+                .to_string()
+        );
+        let joined =
+            json!({"entities": [{"name": "Bob", "observations": ["GreenTea", "green tea"]}]});
+        assert_eq!(
+            checks.checked("memory__create_entities", joined.to_string(), question),
+            json!({"entities": [{"name": "Bob", "observations": ["green tea"]}]}).to_string()
+        );
+    }
 }
