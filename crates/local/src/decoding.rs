@@ -9,8 +9,9 @@ use crate::prompt_cache::Restore;
 use crate::{Engine, MAX_DRAFT_TOKENS, Prepared, TOOL_GUIDE_OPENING, draft, prompt_cache};
 
 /// The places in `system_turn` (byte offsets) where the prompt cache keeps a state besides its
-/// end (`Prepared::shared_marks`): after its first paragraph, the usage guide, and before the
-/// tool guide.
+/// end, ascending: after its first paragraph, the usage guide every request opens with, and
+/// before the tool guide, after the servers' instructions, which every request to the same
+/// servers shares.
 pub(crate) fn shared_marks(system_turn: &str) -> Vec<usize> {
     let mut marks = Vec::new();
     if let Some(at) = system_turn.find("\n\n") {
@@ -35,14 +36,16 @@ pub(crate) fn shared_levels(
     if prepared.shared_end == 0 {
         return Vec::new();
     }
+    let Some(turn) = prepared.prompt.get(..prepared.shared_end) else {
+        return Vec::new();
+    };
     let vocab = engine.model.vocab();
     let mut levels: Vec<usize> = Vec::new();
-    for end in prepared
-        .shared_marks
-        .iter()
-        .chain(std::iter::once(&prepared.shared_end))
+    for end in shared_marks(turn)
+        .into_iter()
+        .chain(std::iter::once(prepared.shared_end))
     {
-        let Some(opening) = prepared.prompt.get(..*end) else {
+        let Some(opening) = prepared.prompt.get(..end) else {
             continue;
         };
         let alone = vocab.tokenize(opening.as_bytes(), vocab.should_add_bos(), true);

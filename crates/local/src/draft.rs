@@ -105,9 +105,10 @@ const MAX_DRAFT_CHARS: usize = 160;
 /// them, as the narrowing modules leave it), with the text after it, and so on. Empty when the
 /// model has a real choice to make.
 pub fn next_text(tools: &[ToolDefinition], text: &str) -> String {
+    let calls: Vec<Vec<Piece>> = tools.iter().map(call_pieces).collect();
     let mut drafted = String::new();
     loop {
-        let (step, more) = next_step(tools, &format!("{text}{drafted}"));
+        let (step, more) = next_step(&calls, &format!("{text}{drafted}"));
         // The first stretch is drafted whatever its length, as before there were guesses.
         let too_long = !drafted.is_empty() && drafted.len() + step.len() > MAX_DRAFT_CHARS;
         if step.is_empty() || too_long {
@@ -123,22 +124,22 @@ pub fn next_text(tools: &[ToolDefinition], text: &str) -> String {
 /// One stretch of [`next_text`], up to the next place the model chooses, and whether drafting
 /// may go on past it: not after a number that may have more digits, whose draft is only the
 /// next text's first character, a cheap guess to lose.
-fn next_step(tools: &[ToolDefinition], text: &str) -> (String, bool) {
+fn next_step(calls: &[Vec<Piece>], text: &str) -> (String, bool) {
     let opener = format!("{CALL_OPENER}\"");
     if let Some(rest) = opener.strip_prefix(text) {
         // Before or in the opener: it, and then whatever the tool names share.
-        let (after, more) = after_opener(tools, "\"");
+        let (after, more) = after_opener(calls, "\"");
         return (format!("{rest}{after}"), more);
     }
     match text.strip_prefix(CALL_OPENER) {
-        Some(rest) => after_opener(tools, rest),
+        Some(rest) => after_opener(calls, rest),
         None => (String::new(), false),
     }
 }
 
-/// The draft after the opener, `written` being what follows it (`"add", "arg…`).
-fn after_opener(tools: &[ToolDefinition], written: &str) -> (String, bool) {
-    let calls: Vec<Vec<Piece>> = tools.iter().map(call_pieces).collect();
+/// The draft after the opener among the `calls` (each tool's pieces), `written` being what
+/// follows it (`"add", "arg…`).
+fn after_opener(calls: &[Vec<Piece>], written: &str) -> (String, bool) {
     // The tools whose fixed start agrees with what was written.
     let fitting: Vec<&Vec<Piece>> = calls
         .iter()

@@ -61,7 +61,6 @@ use crate::call_policy::{
 };
 use crate::decoding::{
     call_draft, continue_decoding, evaluate_shared, grammar_token, queue, shared_levels,
-    shared_marks,
 };
 use crate::grammar::tool_call_grammar;
 use crate::kept::{KeptContext, MIN_CONTEXT};
@@ -301,10 +300,6 @@ struct Prepared {
     prompt: String,
     /// Where the prompt's system turn ends, the part the prompt cache keeps (0: none).
     shared_end: usize,
-    /// Earlier places in the system turn the prompt cache also keeps, ascending: after the
-    /// usage guide every request opens with, and before the offered tools, after the
-    /// servers' instructions, which every request to the same servers shares.
-    shared_marks: Vec<usize>,
     /// The GBNF grammar of a call, when one is required or allowed.
     grammar: Option<String>,
     /// The tools of a required call, whose fixed text is drafted ([`draft`]).
@@ -471,7 +466,6 @@ impl LocalProvider {
             .map(|tools| CallChecks::new(tools, last_user))
             .unwrap_or_default();
         Ok(Prepared {
-            shared_marks: shared_marks(rendered.text.get(..rendered.system_end).unwrap_or("")),
             prompt: rendered.text,
             shared_end: rendered.system_end,
             grammar,

@@ -74,9 +74,11 @@ fn names_an_identifier(name: &str) -> bool {
 /// The stretch of `message` that `joined` (one word of letters, with no spaces) was made
 /// from: two or more whole words, in order, separated by spaces only.
 fn written_apart(joined: &str, message: &str) -> Option<String> {
-    if joined
-        .chars()
-        .any(|c| !c.is_alphabetic() && c != '_' && c != '-')
+    // Lower-casing keeps the byte offsets of the message's text only for ASCII.
+    if !message.is_ascii()
+        || joined
+            .chars()
+            .any(|c| !c.is_alphabetic() && c != '_' && c != '-')
     {
         return None;
     }
@@ -86,10 +88,6 @@ fn written_apart(joined: &str, message: &str) -> Option<String> {
     }
     let spaced = words.join(" ");
     let lower = message.to_lowercase();
-    // Lower-casing keeps the byte offsets of these letters' text only for ASCII.
-    if !message.is_ascii() {
-        return None;
-    }
     lower.match_indices(&spaced).find_map(|(at, _)| {
         let end = at + spaced.len();
         let whole = !lower[..at].ends_with(char::is_alphanumeric)
