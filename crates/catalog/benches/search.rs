@@ -10,7 +10,8 @@
 //! (`benches/fixtures/user_phrasing.json`: everything, filesystem, memory, time, sqlite and the
 //! built-in server, as `tether tools --json` listed them), alone and hidden among the BFCL tools.
 //! A question counts as found when any of the tools that do what it asks is in the top k.
-//! Then 30 more such questions (`benches/fixtures/user_phrasing_heldout.json`), written after
+//! Then a second development set of such questions (`benches/fixtures/user_phrasing_dev2.json`),
+//! written after the first forty were all found. Then 30 more such questions (`benches/fixtures/user_phrasing_heldout.json`), written after
 //! the lexical ranking last changed, before semantic ranking, and never tuned on.
 //!
 //! Then BFCL's simple_python and multiple questions again with the reference servers beside
@@ -282,11 +283,14 @@ fn phrased_questions(data: &Value) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
-/// The held-out user-phrased questions (`benches/fixtures/user_phrasing_heldout.json`),
-/// written after the ranking was last changed and never tuned on.
-fn held_out_phrasing() -> Vec<(String, Vec<String>)> {
+/// A further set of user-phrased questions over the reference servers' tools, from a fixture
+/// that holds only questions: the second development set (`user_phrasing_dev2.json`) or the
+/// held-out one (`user_phrasing_heldout.json`, written after the ranking was last changed and
+/// never tuned on).
+fn more_phrasing(file: &str) -> Vec<(String, Vec<String>)> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("benches/fixtures/user_phrasing_heldout.json");
+        .join("benches/fixtures")
+        .join(file);
     phrased_questions(&serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap())
 }
 
@@ -487,7 +491,8 @@ fn main() {
     }
 
     let (reference, phrased) = user_phrasing();
-    let held_out = held_out_phrasing();
+    let second = more_phrasing("user_phrasing_dev2.json");
+    let held_out = more_phrasing("user_phrasing_heldout.json");
     let mut mixed = reference.clone();
     mixed.push(ServerTools {
         server: "bfcl".into(),
@@ -501,6 +506,13 @@ fn main() {
                 phrased.len()
             ),
             &phrased,
+        ),
+        (
+            format!(
+                "a second development set of {}, written 2026-11-27 before it was first ranked:",
+                second.len()
+            ),
+            &second,
         ),
         (
             format!(
