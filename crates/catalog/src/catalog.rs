@@ -207,7 +207,7 @@ impl Snapshot {
                         None => return (self.index.search(query, limit), false),
                     },
                 };
-                let lexical = self.index.search(query, usize::MAX);
+                let lexical = self.index.lexical(query, usize::MAX);
                 (
                     ranker.fuse(query, lexical, vectors, routing, limit),
                     !vectors.is_empty(),

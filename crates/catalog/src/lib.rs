@@ -24,7 +24,7 @@ pub use catalog::{
 pub use permission::{PermissionDecision, PermissionOption, StandingAnswers};
 pub use pins::{PinBook, PinError, PinReport};
 pub use policy::{ApprovalMode, ApprovalRules, Decision, Hints, decide};
-pub use search::{Hit, Ranking, SearchIndex};
+pub use search::{Hit, Lexical, Ranking, SearchIndex};
 pub use selection::{
     AllTools, AutoTools, META_TOOL, MetaTool, Resolved, SEARCH_TOOL, SMALL_MODEL_PRELOAD_MARGIN,
     SearchTools, SelectionMode, SelectionOptions, ToolSelection, selection_for, tokens_per_mode,

@@ -95,6 +95,24 @@ pub struct Hit {
     pub exact: bool,
 }
 
+/// How many of a query's terms, the most telling first, make its [`Lexical::ceiling`]: about
+/// what one request names (a verb, an object, a qualifier), so that a question asking for
+/// several things at once ("the area of a circle, and the GDP of France") does not count a
+/// tool matching one of them as a partial match (docs/decisions.md).
+const CEILING_TERMS: usize = 3;
+
+/// The tools a query matches by its words, and what a tool could score at most on the query's
+/// most telling words.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lexical {
+    /// Every matching tool up to the limit asked for, best first.
+    pub hits: Vec<Hit>,
+    /// The BM25 score a tool would reach by containing each of the query's
+    /// [`CEILING_TERMS`] rarest weighted terms without limit; 0 for a `select:` query or one
+    /// with no indexed word. A tool's score over it is how much of the request it matches.
+    pub ceiling: f64,
+}
+
 /// An inverted index over a list of tools.
 #[derive(Debug, Clone)]
 pub struct SearchIndex {
@@ -260,10 +278,16 @@ impl SearchIndex {
     /// The best `limit` tools for `query`, best first. `select:…` queries return exactly the
     /// selected tools.
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
+        self.lexical(query, limit).hits
+    }
+
+    /// The best `limit` tools for `query` with the ceiling of its most telling words, for a
+    /// ranking that fuses words with other evidence.
+    pub fn lexical(&self, query: &str, limit: usize) -> Lexical {
         if let Some(names) = query.trim().strip_prefix("select:") {
             let (mut hits, _) = self.select(names);
             hits.truncate(limit);
-            return hits;
+            return Lexical { hits, ceiling: 0.0 };
         }
         let mut analyser = Analyser::new(self.ranking.analyse);
         let mut scores: HashMap<u32, f64> = HashMap::new();
@@ -337,10 +361,13 @@ impl SearchIndex {
                 });
             }
         }
+        // What each term can add at most (its frequency saturating), for the ceiling.
+        let mut most: Vec<f64> = Vec::with_capacity(terms.len());
         for (id, weight) in terms {
             let postings = &self.postings[id as usize];
             let df = postings.len() as f64;
             let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            most.push(weight * idf * (K1 + 1.0));
             for &(doc, tf) in postings {
                 let tf = f64::from(tf);
                 let length = f64::from(self.lengths[doc as usize]);
@@ -348,6 +375,8 @@ impl SearchIndex {
                 *scores.entry(doc).or_insert(0.0) += weight * idf * tf * (K1 + 1.0) / (tf + norm);
             }
         }
+        most.sort_by(|a, b| b.total_cmp(a));
+        let ceiling = most.iter().take(CEILING_TERMS).sum();
         let mut hits: Vec<Hit> = scores
             .into_iter()
             .map(|(doc, score)| Hit {
@@ -375,7 +404,7 @@ impl SearchIndex {
             }
         }
         hits.truncate(limit);
-        hits
+        Lexical { hits, ceiling }
     }
 
     /// The longest word of a tool name, four characters or more, that begins `stem` and is

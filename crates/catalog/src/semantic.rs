@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use tether_protocol::QualifiedTool;
 
 use crate::routing::{Routing, z_scores};
-use crate::search::{Hit, split_identifiers};
+use crate::search::{Hit, Lexical, split_identifiers};
 use crate::values;
 
 /// Weight of the semantic z-score against BM25's. Measured on the development sets (BFCL's
@@ -31,6 +31,15 @@ use crate::values;
 /// parallel_multiple (0.660 → 0.625, where every one of several functions must be in the top
 /// five) against 1.0; 2 and 3 add little on ToolE and lose more elsewhere (docs/decisions.md).
 const SEMANTIC_WEIGHT: f64 = 1.5;
+
+/// What BM25's z-score may reach, times the share of the query's most telling words a tool
+/// matches ([`Lexical::ceiling`]). Among thousands of tools few match any one word, so the
+/// z-score of a tool matching one incidental word ("hour" in "what hour is it in Sydney", for
+/// museum opening hours) rises to 10–20 and buries what meaning and the servers say; among a
+/// few dozen it stays small and this bound is never reached. Measured on the development sets
+/// (docs/decisions.md): 8–24 all lift the user-phrased questions among BFCL's tools; 12 keeps
+/// BFCL's own categories within two questions.
+const MATCHED_SHARE_WEIGHT: f64 = 12.0;
 
 /// The longest a search waits for tool vectors before it ranks by words alone. The BFCL
 /// catalogue (1,853 tools) encodes in about 13 s cold on two cores; ten thousand new tools took
@@ -237,17 +246,19 @@ impl SemanticRanker {
     /// Re-ranks: BM25's `lexical` hits (every matching tool, exact names flagged) fused with
     /// the cosine of `query` to each of `vectors` and the `routing` nudges (the kind of value
     /// the query names, the server closest to it); exact hits stay first, in their order.
+    /// A tool's BM25 z-score counts at most [`MATCHED_SHARE_WEIGHT`] times the share of the
+    /// lexical ceiling it reaches.
     pub fn fuse(
         &self,
         query: &str,
-        lexical: Vec<Hit>,
+        lexical: Lexical,
         vectors: &[Arc<[f32]>],
         routing: &Routing,
         limit: usize,
     ) -> Vec<Hit> {
         let n = vectors.len();
         if n == 0 {
-            return lexical;
+            return lexical.hits;
         }
         let encoded = self.encoder.encode(&values::values_as_kinds(query));
         let dense: Vec<f64> = vectors
@@ -261,14 +272,19 @@ impl SemanticRanker {
             .collect();
         let mut bm25 = vec![0.0; n];
         let mut exact = Vec::new();
-        for hit in &lexical {
+        for hit in &lexical.hits {
             if hit.exact {
                 exact.push(hit.clone());
             } else if let Some(slot) = bm25.get_mut(hit.index) {
                 *slot = hit.score;
             }
         }
-        let (z_bm25, z_dense) = (z_scores(&bm25), z_scores(&dense));
+        let (mut z_bm25, z_dense) = (z_scores(&bm25), z_scores(&dense));
+        if lexical.ceiling > 0.0 {
+            for (z, score) in z_bm25.iter_mut().zip(&bm25) {
+                *z = z.min(MATCHED_SHARE_WEIGHT * score / lexical.ceiling);
+            }
+        }
         let nudges = routing.nudges(query, &dense);
         let mut hits: Vec<Hit> = (0..n)
             .filter(|i| !exact.iter().any(|h| h.index == *i))
@@ -414,7 +430,10 @@ mod tests {
         let lexical = vec![hit(0, 1.2), hit(1, 1.0), hit(2, 1.0)];
         let hits = ranker.fuse(
             "take away 9 from 30 numbers",
-            lexical.clone(),
+            Lexical {
+                hits: lexical.clone(),
+                ceiling: 0.0,
+            },
             &vectors,
             &Routing::new(&tools, &vectors),
             4,
@@ -429,13 +448,50 @@ mod tests {
         });
         let hits = ranker.fuse(
             "take away 9 from 30 numbers",
-            named,
+            Lexical {
+                hits: named,
+                ceiling: 0.0,
+            },
             &vectors,
             &Routing::new(&tools, &vectors),
             4,
         );
         assert_eq!((hits[0].index, hits[0].exact), (3, true), "{hits:?}");
         assert_eq!(hits[1].index, 1);
+    }
+
+    /// Among many tools, one matching a single incidental word of the request no longer
+    /// outranks the one meaning what it asks; matching the whole request still counts in full.
+    #[test]
+    fn a_word_matched_in_passing_counts_for_its_share_of_the_request() {
+        let mut tools = vec![
+            tool("opening_hours", "The hours a museum opens."),
+            tool("subtract", "Subtract two numbers."),
+        ];
+        // Twenty tools close in meaning keep the subtraction's own z-score in meaning modest.
+        tools.extend((0..20).map(|i| tool(&format!("minus_{i}"), "Subtract other things.")));
+        tools.extend((0..180).map(|i| tool(&format!("other_{i}"), "Something unrelated.")));
+        let ranker = SemanticRanker::new(Arc::new(Words), None);
+        let vectors = ranker.tool_vectors(&tools);
+        let routing = Routing::new(&tools, &vectors);
+        let query = "take away the hours from 30";
+        let matched = |ceiling| Lexical {
+            hits: vec![Hit {
+                index: 0,
+                score: 2.0,
+                exact: false,
+            }],
+            ceiling,
+        };
+        // Alone among 202 tools, one matching word is a z-score past 14: it wins unbounded.
+        let unbounded = ranker.fuse(query, matched(0.0), &vectors, &routing, 2);
+        assert_eq!(unbounded[0].index, 0, "{unbounded:?}");
+        // "hours" is a sixth of what the request's telling words could score.
+        let bounded = ranker.fuse(query, matched(12.0), &vectors, &routing, 2);
+        assert_eq!(bounded[0].index, 1, "{bounded:?}");
+        // A tool matching all of it keeps its whole z-score.
+        let whole = ranker.fuse(query, matched(2.0), &vectors, &routing, 2);
+        assert_eq!(whole[0].index, 0, "{whole:?}");
     }
 
     /// A clear winner is offered alone; a close second stays; words alone keep their top k.
