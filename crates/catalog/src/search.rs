@@ -302,8 +302,9 @@ impl SearchIndex {
         let mut everyday: Vec<&str> = Vec::new();
         let mut stems: Vec<String> = Vec::new();
         // Exact names are looked for in the query as written (below).
+        let spoken = crate::values::operators_as_words(query);
         let words = if self.ranking.analyse {
-            crate::values::without_values(query)
+            crate::values::without_values(&spoken)
         } else {
             std::borrow::Cow::Borrowed(query)
         };
@@ -539,6 +540,7 @@ const EVERYDAY_WORDS: &[(&str, &[&str])] = &[
     ("money", &["currency"]),
     ("histori", &["log"]),
     ("column", &["schema"]),
+    ("db", &["database"]),
     ("height", &["dimension"]),
     ("width", &["dimension"]),
 ];

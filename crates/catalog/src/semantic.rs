@@ -260,7 +260,9 @@ impl SemanticRanker {
         if n == 0 {
             return lexical.hits;
         }
-        let encoded = self.encoder.encode(&values::values_as_kinds(query));
+        let encoded = self
+            .encoder
+            .encode(&values::values_as_kinds(&values::operators_as_words(query)));
         let dense: Vec<f64> = vectors
             .iter()
             .map(|v| {

@@ -63,6 +63,70 @@ pub(crate) fn without_values(query: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(words.join(" "))
 }
 
+/// `query` with arithmetic written in signs read out in words: "7 x 6" and "7*6" as "7 times
+/// 6", "10 + 20" as "10 plus 20". Tools say what they do in words ("their product", "a plus b"),
+/// and the word ranking drops signs. A minus or a slash counts only set off by spaces between
+/// numbers ("50 - 8"), since "2026-11-27" and "11/27" are dates. The query's own text when it
+/// writes no such sign.
+pub(crate) fn operators_as_words(query: &str) -> std::borrow::Cow<'_, str> {
+    let tokens: Vec<&str> = query.split_whitespace().collect();
+    let mut changed = false;
+    let mut out: Vec<String> = Vec::with_capacity(tokens.len());
+    for (i, token) in tokens.iter().enumerate() {
+        let between_numbers = i > 0
+            && tokens.get(i + 1).is_some_and(|next| is_number(next))
+            && is_number(tokens[i - 1]);
+        if let Some(word) = operator_word(token, true).filter(|_| between_numbers) {
+            out.push(word.to_string());
+            changed = true;
+        } else if let Some(spoken) = compact_operation(token) {
+            out.push(spoken);
+            changed = true;
+        } else {
+            out.push((*token).to_string());
+        }
+    }
+    if changed {
+        std::borrow::Cow::Owned(out.join(" "))
+    } else {
+        std::borrow::Cow::Borrowed(query)
+    }
+}
+
+/// The word for an arithmetic sign; minus and division only when `spaced` (see
+/// [`operators_as_words`]).
+fn operator_word(sign: &str, spaced: bool) -> Option<&'static str> {
+    match sign {
+        "x" | "X" | "×" | "*" => Some("times"),
+        "+" => Some("plus"),
+        "÷" => Some("divided by"),
+        "-" | "−" | "–" if spaced => Some("minus"),
+        "/" if spaced => Some("divided by"),
+        _ => None,
+    }
+}
+
+/// "7x6", "7*6?" or "10+20" read out ("7 times 6?"), if `token` is two numbers joined by a
+/// sign.
+fn compact_operation(token: &str) -> Option<String> {
+    let (at, sign) = token
+        .char_indices()
+        .find(|(at, c)| *at > 0 && matches!(c, 'x' | 'X' | '×' | '*' | '+' | '÷'))?;
+    let (left, right) = (&token[..at], &token[at + sign.len_utf8()..]);
+    let word = operator_word(&token[at..at + sign.len_utf8()], false)?;
+    (is_number(left) && is_number(right)).then(|| format!("{left} {word} {right}"))
+}
+
+/// Whether `token` is a number, allowing the sentence's punctuation after it ("6?").
+fn is_number(token: &str) -> bool {
+    let token = token.trim_end_matches(['?', '!', ',', ';', ':', '.']);
+    !token.is_empty()
+        && token.chars().any(|c| c.is_ascii_digit())
+        && token
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == '.' || c == ',')
+}
+
 /// The words for the kinds of value `query` names ("txt file", "web page url"), each once.
 pub(crate) fn kind_words(query: &str) -> Vec<String> {
     let mut words: Vec<String> = Vec::new();
@@ -154,5 +218,26 @@ mod tests {
         }
         assert_eq!(kinds_named("read src/main.rs"), vec![ValueKind::Path]);
         assert!(kinds_named("version 1.2.3 of it").is_empty());
+    }
+
+    #[test]
+    fn signs_between_numbers_are_read_out_and_dates_are_not() {
+        assert_eq!(operators_as_words("what is 7 x 6"), "what is 7 times 6");
+        assert_eq!(operators_as_words("what is 7x6?"), "what is 7 times 6?");
+        assert_eq!(
+            operators_as_words("10 + 20 and 3*4"),
+            "10 plus 20 and 3 times 4"
+        );
+        assert_eq!(operators_as_words("50 - 8"), "50 minus 8");
+        assert_eq!(operators_as_words("144 / 12"), "144 divided by 12");
+        for plain in [
+            "on 2026-11-27 or 11/27",
+            "a 3-4 split",
+            "the x axis",
+            "box x 6",
+            "read x.txt",
+        ] {
+            assert_eq!(operators_as_words(plain), plain);
+        }
     }
 }
