@@ -541,6 +541,8 @@ const EVERYDAY_WORDS: &[(&str, &[&str])] = &[
     ("histori", &["log"]),
     ("column", &["schema"]),
     ("db", &["database"]),
+    ("where", &["search", "find"]),
+    ("locat", &["search", "find"]),
     ("height", &["dimension"]),
     ("width", &["dimension"]),
 ];
@@ -744,6 +746,9 @@ mod tests {
             tool("fs", "move_file", "Move or rename a file."),
             tool("fs", "write_file", "Write a new file."),
             tool("notes", "delete_entities", "Delete entities from memory."),
+            tool("fs", "search_files", "Search for files matching a pattern."),
+            tool("fs", "get_file_info", "Size and times of a file."),
+            tool("db", "read_query", "Run a SELECT query on the database."),
         ];
         let index = SearchIndex::build(&tools, Ranking::default());
         let first = |q: &str| tools[index.search(q, 1)[0].index].tool.name.clone();
@@ -752,6 +757,8 @@ mod tests {
             "create_directory"
         );
         assert_eq!(first("forget about Bob"), "delete_entities");
+        assert_eq!(first("where is invoice.pdf kept?"), "search_files");
+        assert_eq!(first("rows of the db"), "read_query");
         // The person's own word still wins where a tool uses it.
         assert_eq!(first("rename a.txt"), "move_file");
     }
