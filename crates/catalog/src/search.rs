@@ -107,9 +107,9 @@ const CEILING_TERMS: usize = 3;
 pub struct Lexical {
     /// Every matching tool up to the limit asked for, best first.
     pub hits: Vec<Hit>,
-    /// The BM25 score a tool would reach by containing each of the query's
-    /// [`CEILING_TERMS`] rarest weighted terms without limit; 0 for a `select:` query or one
-    /// with no indexed word. A tool's score over it is how much of the request it matches.
+    /// The BM25 score a tool would reach by containing each of the query's three most telling
+    /// terms (largest weight × idf) without limit; 0 for a `select:` query or one with no
+    /// indexed word. A tool's score over it is how much of the request it matches.
     pub ceiling: f64,
 }
 

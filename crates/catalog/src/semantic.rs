@@ -246,7 +246,7 @@ impl SemanticRanker {
     /// Re-ranks: BM25's `lexical` hits (every matching tool, exact names flagged) fused with
     /// the cosine of `query` to each of `vectors` and the `routing` nudges (the kind of value
     /// the query names, the server closest to it); exact hits stay first, in their order.
-    /// A tool's BM25 z-score counts at most [`MATCHED_SHARE_WEIGHT`] times the share of the
+    /// A tool's BM25 z-score counts at most `MATCHED_SHARE_WEIGHT` (12) times the share of the
     /// lexical ceiling it reaches.
     pub fn fuse(
         &self,
