@@ -49,6 +49,7 @@ pub(crate) fn kinds_taken(tool: &QualifiedTool) -> Vec<ValueKind> {
                 "path" | "paths" | "file" | "files" | "filename" | "filepath" | "dir"
                 | "directory" | "folder" => Some(ValueKind::Path),
                 "url" | "urls" | "uri" | "link" | "href" => Some(ValueKind::Url),
+                "time" | "hour" | "clock" => Some(ValueKind::Clock),
                 _ => None,
             };
             if let Some(kind) = kind.filter(|k| !kinds.contains(k)) {
@@ -199,6 +200,8 @@ mod tests {
         let read = tool("files", "read", &["path", "encoding"]);
         let fetch = tool("web", "fetch", &["url", "maxLength"]);
         let add = tool("math", "add", &["a", "b"]);
+        let convert = tool("time", "convert_time", &["source_timezone", "time"]);
+        assert_eq!(kinds_taken(&convert), vec![ValueKind::Clock]);
         assert_eq!(kinds_taken(&read), vec![ValueKind::Path]);
         assert_eq!(kinds_taken(&fetch), vec![ValueKind::Url]);
         assert!(kinds_taken(&add).is_empty());

@@ -1,5 +1,5 @@
-//! The values a query names (a file's name or path, a web address), told apart from its
-//! words: they are arguments, not topics. "What's in my notes.txt?" asks about a file, not
+//! The values a query names (a file's name or path, a web address, a time of day), told
+//! apart from its words: they are arguments, not topics. "What's in my notes.txt?" asks about a file, not
 //! about notes; "budget.xlsx" is no budget tool's business. The word ranking leaves them out
 //! and counts their kind's words lightly; the meaning ranking reads them with their kind; the
 //! routing favours tools that take their kind.
@@ -11,6 +11,8 @@ pub(crate) enum ValueKind {
     Path,
     /// A web address: `https://example.com`, `example.org/page`.
     Url,
+    /// A time of day: `10am`, `3:30pm`, `14:30`.
+    Clock,
 }
 
 /// Top-level domains that make `name.tld` an address rather than a file.
@@ -147,6 +149,9 @@ fn value_of(token: &str) -> Option<(ValueKind, String)> {
         )
     });
     let token = token.trim_end_matches('.');
+    if is_clock_time(token) {
+        return Some((ValueKind::Clock, "time".into()));
+    }
     if token.contains("://") || token.starts_with("www.") {
         return Some((ValueKind::Url, "web page url".into()));
     }
@@ -176,6 +181,28 @@ fn value_of(token: &str) -> Option<(ValueKind, String)> {
         (true, false) => Some((ValueKind::Path, "file".into())),
         _ => None,
     }
+}
+
+/// Whether `token` is a time of day: an hour with `am` or `pm` (`10am`, `3:30pm`) or hours and
+/// minutes (`14:30`, `9:05`).
+fn is_clock_time(token: &str) -> bool {
+    let lower = token.to_ascii_lowercase();
+    let (clock, meridiem) = match lower.strip_suffix("am").or(lower.strip_suffix("pm")) {
+        Some(clock) => (clock, true),
+        None => (lower.as_str(), false),
+    };
+    let (hours, minutes) = match clock.split_once(':') {
+        Some((hours, minutes)) => (hours, Some(minutes)),
+        None => (clock, None),
+    };
+    let digits = |s: &str, len: std::ops::RangeInclusive<usize>| {
+        len.contains(&s.len()) && s.chars().all(|c| c.is_ascii_digit())
+    };
+    digits(hours, 1..=2)
+        && match minutes {
+            Some(minutes) => digits(minutes, 2..=2),
+            None => meridiem,
+        }
 }
 
 /// Words for a file by its extension: what it holds where the extension says (an image, a
@@ -218,6 +245,25 @@ mod tests {
         }
         assert_eq!(kinds_named("read src/main.rs"), vec![ValueKind::Path]);
         assert!(kinds_named("version 1.2.3 of it").is_empty());
+    }
+
+    #[test]
+    fn a_time_of_day_is_a_value_and_a_bare_number_is_not() {
+        assert_eq!(
+            values_as_kinds("my meeting is at 10am in Berlin"),
+            "my meeting is at 10am time in Berlin"
+        );
+        assert_eq!(without_values("convert 14:30, or 3:05PM."), "convert or");
+        assert_eq!(kinds_named("at 9:00"), vec![ValueKind::Clock]);
+        for plain in [
+            "at 10 in Berlin",
+            "ratio 3:2:1",
+            "a 123am code",
+            "exam",
+            "1:5",
+        ] {
+            assert!(kinds_named(plain).is_empty(), "{plain}");
+        }
     }
 
     #[test]
