@@ -11,7 +11,8 @@
 //! built-in server, as `tether tools --json` listed them), alone and hidden among the BFCL tools.
 //! A question counts as found when any of the tools that do what it asks is in the top k.
 //! Then a second development set of such questions (`benches/fixtures/user_phrasing_dev2.json`),
-//! written after the first forty were all found. Then 30 more such questions (`benches/fixtures/user_phrasing_heldout.json`), written after
+//! written after the first forty were all found, and a third (`user_phrasing_dev3.json`) written
+//! once the second was all found too. Then 30 more such questions (`benches/fixtures/user_phrasing_heldout.json`), written after
 //! the lexical ranking last changed, before semantic ranking, and never tuned on.
 //!
 //! Then BFCL's simple_python and multiple questions again with the reference servers beside
@@ -284,7 +285,8 @@ fn phrased_questions(data: &Value) -> Vec<(String, Vec<String>)> {
 }
 
 /// A further set of user-phrased questions over the reference servers' tools, from a fixture
-/// that holds only questions: the second development set (`user_phrasing_dev2.json`) or the
+/// that holds only questions: the second and third development sets (`user_phrasing_dev2.json`,
+/// `user_phrasing_dev3.json`) or the
 /// held-out one (`user_phrasing_heldout.json`, written after the ranking was last changed and
 /// never tuned on).
 fn more_phrasing(file: &str) -> Vec<(String, Vec<String>)> {
@@ -314,7 +316,18 @@ fn score_any(
         if ranked.iter().any(|r| any_of.iter().any(|a| a == r)) {
             at5 += 1;
         } else {
-            misses.push(format!("{question} → {ranked:?}"));
+            // Where the first right tool did land, when the misses are to be read.
+            let rank = std::env::var_os("TETHER_BENCH_MISSES").and_then(|_| {
+                snapshot
+                    .search(question, snapshot.tools().len())
+                    .iter()
+                    .position(|h| any_of.contains(&snapshot.tools()[h.index].qualified_name))
+                    .map(|p| p + 1)
+            });
+            match rank {
+                Some(rank) => misses.push(format!("{question} → {ranked:?} (right at {rank})")),
+                None => misses.push(format!("{question} → {ranked:?}")),
+            }
         }
     }
     (at1, at5, misses)
@@ -492,6 +505,7 @@ fn main() {
 
     let (reference, phrased) = user_phrasing();
     let second = more_phrasing("user_phrasing_dev2.json");
+    let third = more_phrasing("user_phrasing_dev3.json");
     let held_out = more_phrasing("user_phrasing_heldout.json");
     let mut mixed = reference.clone();
     mixed.push(ServerTools {
@@ -513,6 +527,13 @@ fn main() {
                 second.len()
             ),
             &second,
+        ),
+        (
+            format!(
+                "a third development set of {}, written 2026-11-27 before it was first ranked:",
+                third.len()
+            ),
+            &third,
         ),
         (
             format!(

@@ -245,7 +245,8 @@ impl SemanticRanker {
 
     /// Re-ranks: BM25's `lexical` hits (every matching tool, exact names flagged) fused with
     /// the cosine of `query` to each of `vectors` and the `routing` nudges (the kind of value
-    /// the query names, the server closest to it); exact hits stay first, in their order.
+    /// the query names, the server closest to it); exact hits stay first, in their order, and
+    /// the first places make room for a second server (`Routing::make_room`).
     /// A tool's BM25 z-score counts at most `MATCHED_SHARE_WEIGHT` (12) times the share of the
     /// lexical ceiling it reaches.
     pub fn fuse(
@@ -303,8 +304,9 @@ impl SemanticRanker {
         let top = hits.first().map_or(0.0, |h| h.score);
         exact.iter_mut().for_each(|h| h.score = top + 1.0);
         exact.extend(hits);
-        exact.truncate(limit);
-        exact
+        let mut ranked = routing.make_room(exact);
+        ranked.truncate(limit);
+        ranked
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<[f32]>>> {
