@@ -95,6 +95,41 @@ pub(crate) fn operators_as_words(query: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// `query` with "look for" and "look up" (in any tense) as "search for": a person looks for what
+/// tools search and find, while "look" alone, or "look at", asks to see something
+/// (`EVERYDAY_WORDS` reads it as read). The query's own text when it has no such phrase.
+pub(crate) fn phrasal_verbs_as_words(query: &str) -> std::borrow::Cow<'_, str> {
+    let tokens: Vec<&str> = query.split_whitespace().collect();
+    let looking = |token: &str| {
+        matches!(
+            token.to_lowercase().as_str(),
+            "look" | "looks" | "looking" | "looked"
+        )
+    };
+    let particle = |token: &str| {
+        let word = token.trim_end_matches(|c: char| !c.is_alphanumeric());
+        word.eq_ignore_ascii_case("for") || word.eq_ignore_ascii_case("up")
+    };
+    if !tokens
+        .windows(2)
+        .any(|pair| looking(pair[0]) && particle(pair[1]))
+    {
+        return std::borrow::Cow::Borrowed(query);
+    }
+    let out: Vec<&str> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, token)| {
+            if looking(token) && tokens.get(i + 1).is_some_and(|next| particle(next)) {
+                "search"
+            } else {
+                token
+            }
+        })
+        .collect();
+    std::borrow::Cow::Owned(out.join(" "))
+}
+
 /// The word for an arithmetic sign; minus and division only when `spaced` (see
 /// [`operators_as_words`]).
 fn operator_word(sign: &str, spaced: bool) -> Option<&'static str> {
@@ -284,6 +319,30 @@ mod tests {
             "read x.txt",
         ] {
             assert_eq!(operators_as_words(plain), plain);
+        }
+    }
+
+    #[test]
+    fn looking_for_something_is_searching_and_looking_at_it_is_not() {
+        assert_eq!(
+            phrasal_verbs_as_words("look for any file named budget"),
+            "search for any file named budget"
+        );
+        assert_eq!(
+            phrasal_verbs_as_words("Looking up the word 'teh'"),
+            "search up the word 'teh'"
+        );
+        assert_eq!(
+            phrasal_verbs_as_words("I looked for it, up."),
+            "I search for it, up."
+        );
+        for plain in [
+            "look at notes.txt",
+            "have a look",
+            "look inside src",
+            "up for it",
+        ] {
+            assert_eq!(phrasal_verbs_as_words(plain), plain);
         }
     }
 }
