@@ -351,6 +351,8 @@ fn busy_machine_with(cache: &str) {
         command
             .args(["run", question])
             .current_dir(&dir)
+            // The run's own pins and results, not the person's (natural.rs says why).
+            .env("TETHER_DATA_DIR", dir.join("data"))
             .env_remove("TETHER_MODEL")
             .stdin(std::process::Stdio::null());
         if cache == "off" {
