@@ -67,6 +67,23 @@ fn numbers_schema() -> Value {
     json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]})
 }
 
+/// A short digest of the built-in tools' definitions, which Tether puts in the built-in
+/// server's command line (`builtin-server --tools DIGEST`). The pin book keys a server's pins
+/// to its command line and pins a server anew, saying what differs, when the command line
+/// changes, as it does when a person upgrades a server. The built-in tools change only with
+/// Tether itself, so a Tether whose built-in tools changed is such an upgrade, not a rug pull
+/// whose tools must wait for `tether pins accept builtin`.
+pub fn tools_digest() -> String {
+    let listed = serde_json::to_vec(&builtin_tools()).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &listed);
+    digest
+        .as_ref()
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The names of `builtin_tools`, in the same order: checking a call against them costs
 /// nothing, where building the list (schemas and all) cost more than the call itself.
 const TOOL_NAMES: [&str; 7] = [

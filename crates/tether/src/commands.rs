@@ -128,7 +128,7 @@ pub async fn run(global: GlobalArgs, command: Command) -> Result<(), Failure> {
             let servers = with_builtin(servers, timeout)?;
             crate::serve::serve(servers, &settings, args).await
         }
-        Command::BuiltinServer => {
+        Command::BuiltinServer { .. } => {
             let root = std::env::current_dir()
                 .map_err(|e| Failure::usage(format!("cannot read the working directory: {e}")))?;
             tether_serve::builtin::BuiltinServer::new(root)

@@ -241,10 +241,16 @@ pub(crate) fn builtin_server(timeout: Option<Duration>) -> Result<ServerConfig, 
             "cannot find the tether binary to start the built-in tools: {e}"
         ))
     })?;
+    // The tools' digest in the command line: a Tether with other built-in tools is, to the pin
+    // book, the built-in server upgraded, pinned anew with what differs (`tools_digest`).
     let mut builtin = ServerConfig::stdio(
         "builtin",
         exe.display().to_string(),
-        vec!["builtin-server".into()],
+        vec![
+            "builtin-server".into(),
+            "--tools".into(),
+            tether_serve::builtin::tools_digest(),
+        ],
     );
     // Our own server: its read-only hints are ours, not a stranger's claims.
     builtin.trust_hints = true;

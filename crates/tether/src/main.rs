@@ -173,7 +173,12 @@ enum Command {
     },
     /// Run the built-in tools as an MCP server on stdio (used when no servers are configured).
     #[command(hide = true)]
-    BuiltinServer,
+    BuiltinServer {
+        /// The digest of the tools this build serves, which Tether passes so that the pin book
+        /// sees a changed set of built-in tools as a new command line (ignored here).
+        #[arg(long)]
+        tools: Option<String>,
+    },
     /// The client the MCP conformance suite drives: connects to URL and acts out the
     /// scenario named by MCP_CONFORMANCE_SCENARIO.
     #[command(hide = true)]
@@ -495,7 +500,7 @@ fn main() -> ExitCode {
     };
     let signals = match &command {
         // `serve` stops its servers itself on SIGTERM and Ctrl-C; the built-in server has none.
-        Command::Serve { .. } | Command::BuiltinServer => ExitSignals::None,
+        Command::Serve { .. } | Command::BuiltinServer { .. } => ExitSignals::None,
         // These cancel the turn on Ctrl-C themselves.
         Command::Run { .. } | Command::Chat { .. } => ExitSignals::Termination,
         _ => ExitSignals::TerminationAndInterrupt,

@@ -879,6 +879,52 @@ fn a_tool_that_changes_between_runs_is_reported_and_needs_approval_until_accepte
     assert_eq!(told, "ok");
 }
 
+#[test]
+fn built_in_tools_changed_by_an_upgrade_are_pinned_anew_and_run() {
+    let dir = workdir("builtin-upgrade");
+    let add_once = |reply: &str| {
+        let model = ScriptedModel::start(
+            Wire::OpenAi,
+            vec![
+                Reply::call("c1", "builtin__add", r#"{"a": 10, "b": 20}"#),
+                Reply::text(reply),
+            ],
+        );
+        let output = scripted_run(&dir, &model, &[], &[], "What is 10 + 20?");
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+        (text(&output.stderr), tool_reply(&model.requests()[1], "c1"))
+    };
+    // A first run pins the built-in tools under the command line that names their digest.
+    let (stderr, told) = add_once("first");
+    assert_eq!(told, "30", "{stderr}");
+    let file = dir.join("data/pins.json");
+    let mut book: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let endpoint = book["servers"]["builtin"]["endpoint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(endpoint.contains("builtin-server --tools "), "{endpoint}");
+    // The book as an older Tether left it: its `add` said something else, and its command line
+    // named no digest.
+    let pinned = &mut book["servers"]["builtin"];
+    pinned["endpoint"] = json!(endpoint.split(" --tools ").next().unwrap());
+    pinned["tools"]["add"]["tool"]["description"] = json!("Add two numbers.");
+    pinned["tools"]["add"]["sha256"] = json!("0".repeat(64));
+    std::fs::write(&file, book.to_string()).unwrap();
+    // This Tether's own tools are an upgrade, said once, not a rug pull held for approval.
+    let (stderr, told) = add_once("second");
+    assert_eq!(told, "30", "{stderr}");
+    assert!(
+        stderr.contains("server \"builtin\": its command line or URL changed since it was pinned")
+            && stderr.contains("pinned anew"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("tether pins accept builtin"), "{stderr}");
+    let (stderr, told) = add_once("third");
+    assert_eq!(told, "30");
+    assert!(!stderr.contains("server \"builtin\""), "{stderr}");
+}
+
 /// The model's next move after a cut result: read on from where the note says, in the file
 /// the note names (known only from the request).
 fn read_on(request: &Value) -> Reply {
