@@ -120,7 +120,7 @@ fn builtin_tools() -> Vec<Tool> {
         tool(
             "divide",
             "Divide",
-            "Divide two numbers: a / b (a divided by b, the quotient).",
+            "Divide two numbers: a / b (a divided by b, the quotient: a shared or split equally into b parts).",
             numbers_schema(),
         ),
         tool(
