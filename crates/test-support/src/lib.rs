@@ -96,6 +96,19 @@ pub fn scratch_dir(suite: &str, test: &str) -> PathBuf {
     dir
 }
 
+/// `command` (a `tether run`, `chat` or `serve`) with Tether's data directory in a scratch
+/// directory of this test process, unless the test chose one: those commands pin every
+/// server's tools, and the person running the suite keeps their own pin book, sessions and
+/// saved results untouched.
+pub fn own_data_dir(command: &mut Command) -> &mut Command {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if command.get_envs().any(|(key, _)| key == "TETHER_DATA_DIR") {
+        return command;
+    }
+    let dir = DIR.get_or_init(|| scratch_dir("data", "shared"));
+    command.env("TETHER_DATA_DIR", dir)
+}
+
 /// A program installed by npm in `peers/node_modules/.bin`.
 pub fn npm_bin(name: &str) -> PathBuf {
     require(workspace_root().join("peers/node_modules/.bin").join(name))
@@ -163,7 +176,7 @@ pub fn spawn_http_gateway_logged(
 ) -> (Child, String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let kept = log.clone();
-    let mut child = command
+    let mut child = own_data_dir(command)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -29,7 +29,7 @@ struct Driven {
 
 impl Driven {
     fn start(dir: &std::path::Path, args: &[&str]) -> Driven {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        let mut child = test_support::own_data_dir(&mut Command::new(env!("CARGO_BIN_EXE_tether")))
             .args(["run", "--json", "--input", "jsonl"])
             .args(args)
             .current_dir(dir)
