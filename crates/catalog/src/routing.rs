@@ -195,9 +195,7 @@ impl Routing {
         }
         nudge
     }
-}
 
-impl Routing {
     /// `hits` (best first, as fused) with room made in the first [`FIRST_PLACES`]: the server
     /// holding most of the catalogue's tools, once it holds [`ONE_SERVER_AT_MOST`] of them,
     /// gives its next tools' places to the best tools of other servers scoring within

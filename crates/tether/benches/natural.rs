@@ -30,29 +30,17 @@ fn tether() -> std::path::PathBuf {
         .map_or_else(|| env!("CARGO_BIN_EXE_tether").into(), Into::into)
 }
 
-/// Tether's data directory for this benchmark run, empty when the run starts: the pins, saved
-/// results and sessions of one run must not carry into the next (a built-in tool changed
-/// since the person's own pin file last saw it is not run, which read as a wrong answer).
-fn data_dir() -> &'static Path {
-    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("tether-bench-data-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    })
-}
-
 /// Asks `question` in `dir` with the servers of `config` (the built-in tools when `None`);
 /// with `approve`, tools that need a person's approval get it, as a person saying yes would
 /// give it (`--approve auto`).
 fn ask(dir: &Path, config: Option<&Path>, question: &str, approve: bool) -> Asked {
     let mut command = Command::new(tether());
-    command
+    // The run's own pins and results: the person's pin file must not decide the answers (a
+    // built-in tool pinned by an older build was refused and read as a wrong answer).
+    test_support::own_data_dir(&mut command)
         .arg("run")
         .arg("--json")
-        .current_dir(dir)
-        .env("TETHER_DATA_DIR", data_dir());
+        .current_dir(dir);
     if let Some(config) = config {
         command.arg("--config").arg(config);
     }
