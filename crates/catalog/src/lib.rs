@@ -7,6 +7,7 @@
 //! the same rules.
 
 pub mod catalog;
+mod facts;
 mod intent;
 pub mod permission;
 pub mod pins;

@@ -263,7 +263,9 @@ impl SemanticRanker {
         }
         let encoded = self
             .encoder
-            .encode(&values::values_as_kinds(&values::operators_as_words(query)));
+            .encode(&values::values_as_kinds(&values::operators_as_words(
+                &crate::facts::facts_as_kind(query),
+            )));
         let dense: Vec<f64> = vectors
             .iter()
             .map(|v| {

@@ -1,0 +1,194 @@
+//! The facts a request carries, told apart from what it asks done with them. "Jot down that
+//! Carol's birthday is May 3rd" asks to store a fact; the birthday and the date are the
+//! fact's words, which would rank calendars and clocks, as a file's name would rank tools
+//! about its topic (`values`). So a clause reported after a verb of keeping or forgetting
+//! ("remember that …", "the fact that …", "…, record that") reaches the rankings as "a fact".
+
+use std::borrow::Cow;
+
+/// Verbs whose "that" opens the fact they keep or drop. Verbs of checking ("check that",
+/// "make sure that") are left out: what they check is what the tool needs to know.
+const KEEPING: &[&str] = &[
+    "remember", "memorize", "memorise", "note", "jot", "record", "store", "save", "log", "learn",
+    "forget", "keep", "fact",
+];
+
+/// Words that may stand between the verb and its "that" ("jot down that", "keep in mind that").
+const PARTICLES: &[&str] = &["down", "up", "in", "mind"];
+
+/// Words that open a clause after "that", where "that" is not a demonstrative ("forget that
+/// file" names a file).
+const CLAUSE_OPENERS: &[&str] = &[
+    "the", "a", "an", "my", "our", "your", "his", "her", "their", "its", "i", "we", "you", "he",
+    "she", "it", "they", "there", "this", "these", "those", "someone", "everyone", "nobody",
+];
+
+/// `query` with each fact it reports replaced by "a fact" ("jot down a fact"; "…, record that"
+/// as "record a fact"); the query's own text when it reports none.
+pub(crate) fn facts_as_kind(query: &str) -> Cow<'_, str> {
+    let tokens: Vec<&str> = query.split_whitespace().collect();
+    let mut out: Vec<String> = Vec::with_capacity(tokens.len());
+    let mut changed = false;
+    let mut i = 0;
+    while i < tokens.len() {
+        let token = tokens[i];
+        if bare(token) == "that" && keeping_before(&tokens, i) {
+            let closes = ends_sentence(token) || i + 1 == tokens.len();
+            if closes {
+                // "…, record that": the fact is the clause before the verb.
+                if let Some(start) = fact_before(&tokens, i) {
+                    // The sentence's tokens so far are the last `i - start` of `out`: a
+                    // change ends at a sentence's end.
+                    out.truncate(out.len().saturating_sub(i - start));
+                    out.extend(tokens[verb_at(&tokens, i)..i].iter().map(|t| t.to_string()));
+                    out.push("a".into());
+                    out.push(
+                        if ends_sentence(token) {
+                            "fact."
+                        } else {
+                            "fact"
+                        }
+                        .into(),
+                    );
+                    changed = true;
+                    i += 1;
+                    continue;
+                }
+            } else if tokens.get(i + 1).is_some_and(|next| opens_clause(next)) {
+                // "remember that the key is under the mat": the fact runs to the sentence's end.
+                let mut end = i + 1;
+                while end < tokens.len() && !ends_sentence(tokens[end - 1]) {
+                    end += 1;
+                }
+                let stop = if ends_sentence(tokens[end - 1]) {
+                    "."
+                } else {
+                    ""
+                };
+                if bare(tokens[i - 1]) == "fact" {
+                    if let Some(last) = out.last_mut() {
+                        last.push_str(stop);
+                    }
+                } else {
+                    out.push("a".into());
+                    out.push(format!("fact{stop}"));
+                }
+                changed = true;
+                i = end;
+                continue;
+            }
+        }
+        out.push(token.to_string());
+        i += 1;
+    }
+    if changed {
+        Cow::Owned(out.join(" "))
+    } else {
+        Cow::Borrowed(query)
+    }
+}
+
+/// `token` lower-cased, without the punctuation around it.
+fn bare(token: &str) -> String {
+    token
+        .trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+        .to_lowercase()
+}
+
+fn ends_sentence(token: &str) -> bool {
+    token.ends_with(['.', '!', '?', ';'])
+}
+
+/// Where the keeping verb before the "that" at `at` stands, past particles.
+fn verb_at(tokens: &[&str], at: usize) -> usize {
+    let mut j = at;
+    while j > 0 && PARTICLES.contains(&bare(tokens[j - 1]).as_str()) && !keeping(tokens[j - 1]) {
+        j -= 1;
+    }
+    j.saturating_sub(1)
+}
+
+fn keeping(token: &str) -> bool {
+    let word = bare(token);
+    KEEPING.iter().any(|verb| {
+        word == *verb
+            || word
+                .strip_prefix(verb)
+                .is_some_and(|rest| matches!(rest, "s" | "ed" | "d" | "ing"))
+    })
+}
+
+/// Whether a verb of keeping (or "the fact") stands right before the "that" at `at`.
+fn keeping_before(tokens: &[&str], at: usize) -> bool {
+    at > 0 && {
+        let verb = verb_at(tokens, at);
+        keeping(tokens[verb]) && !ends_sentence(tokens[verb])
+    }
+}
+
+/// Where the clause a closing "that" points back to starts: the sentence's start, when a
+/// comma parts it from the verb ("Carol and Dave are married, record that").
+fn fact_before(tokens: &[&str], at: usize) -> Option<usize> {
+    let verb = verb_at(tokens, at);
+    let mut start = verb;
+    while start > 0 && !ends_sentence(tokens[start - 1]) {
+        start -= 1;
+    }
+    // "Please record that": nothing before the verb but asking.
+    let before_verb = verb.checked_sub(1).map(|j| tokens[j])?;
+    (before_verb.ends_with(',') && verb - start >= 2).then_some(start)
+}
+
+fn opens_clause(token: &str) -> bool {
+    let word = bare(token);
+    CLAUSE_OPENERS.contains(&word.as_str())
+        || token.chars().next().is_some_and(char::is_uppercase)
+        || token.chars().next().is_some_and(|c| c.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reported_fact_is_read_as_a_fact() {
+        assert_eq!(
+            facts_as_kind("jot down that Carol's birthday is May 3rd"),
+            "jot down a fact"
+        );
+        assert_eq!(
+            facts_as_kind("forget that Carol likes jazz"),
+            "forget a fact"
+        );
+        assert_eq!(
+            facts_as_kind("Please store the fact that the wifi password is on the fridge. Thanks"),
+            "Please store the fact. Thanks"
+        );
+        assert_eq!(
+            facts_as_kind("Carol and Dave are married, record that"),
+            "record a fact"
+        );
+        assert_eq!(
+            facts_as_kind("Carol and Dave are married, record that. Then list all"),
+            "record a fact. Then list all"
+        );
+        assert_eq!(
+            facts_as_kind("Remember that I prefer tea."),
+            "Remember a fact."
+        );
+    }
+
+    #[test]
+    fn a_demonstrative_that_or_another_verb_keeps_the_words() {
+        for query in [
+            "forget that file",
+            "check that the server is up",
+            "find the files that mention Carol",
+            "Please record that",
+            "delete that",
+            "what is that",
+        ] {
+            assert_eq!(facts_as_kind(query), query);
+        }
+    }
+}
