@@ -444,9 +444,18 @@ impl<'a> Agent<'a> {
                 if let Message::Tool {
                     is_error: true,
                     content,
+                    name,
                     ..
                 } = &message
                 {
+                    let loaded = self.selection.after_failed_call(&snapshot, name);
+                    if !loaded.is_empty() {
+                        let _ = events.send(AgentEvent::ToolsLoaded {
+                            names: loaded,
+                            reason: "after a failed call".into(),
+                            query: None,
+                        });
+                    }
                     let key = (call.name.clone(), canonical(&call.arguments));
                     let count = failures.entry(key).or_insert(0);
                     *count += 1;

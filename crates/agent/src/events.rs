@@ -163,11 +163,12 @@ pub enum AgentEvent {
         message: Message,
     },
     /// Tools were loaded into the conversation (search mode): pre-selected for the user's
-    /// message, or found by the model's `search_tools` call.
+    /// message, found by the model's `search_tools` call, or offered in place of a
+    /// pre-selected tool whose call failed.
     ToolsLoaded {
         /// Qualified names, in load order.
         names: Vec<String>,
-        /// `"preselected"` or `"search"`.
+        /// `"preselected"`, `"search"` or `"after a failed call"`.
         reason: String,
         /// The search query, for searches.
         #[serde(skip_serializing_if = "Option::is_none")]

@@ -160,6 +160,14 @@ pub trait ToolSelection: Send + Sync {
     fn effective_mode(&self, _snapshot: &Snapshot) -> SelectionMode {
         self.mode()
     }
+    /// Called when a call to the tool `name` (qualified) failed. A selection that offers a
+    /// small model only the tools it pre-selected within the margin offers the others it
+    /// ranked for the message instead of the failed one, so a second call can take another
+    /// way ("remember that Bob…" reached `add_observations`, and Bob was no entity yet);
+    /// returns the tools it loaded, none when it had nothing else to offer.
+    fn after_failed_call(&self, _snapshot: &Snapshot, _name: &str) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The selection for `options.mode`.
@@ -206,6 +214,9 @@ impl ToolSelection for AllTools {
 pub struct SearchTools {
     options: SelectionOptions,
     loaded: Mutex<Vec<String>>,
+    /// This turn's tools ranked for the message past the pre-load margin: offered after a
+    /// failed call ([`ToolSelection::after_failed_call`]).
+    runners_up: Mutex<Vec<String>>,
 }
 
 impl SearchTools {
@@ -214,6 +225,7 @@ impl SearchTools {
         SearchTools {
             options,
             loaded: Mutex::new(Vec::new()),
+            runners_up: Mutex::new(Vec::new()),
         }
     }
 
@@ -340,10 +352,39 @@ impl ToolSelection for SearchTools {
             Some(margin) => snapshot.search_close(user_text, self.options.preload, margin),
             None => snapshot.search(user_text, self.options.preload),
         };
-        let names = hits
+        let names: Vec<String> = hits
             .into_iter()
-            .map(|h| snapshot.tools()[h.index].qualified_name.clone());
+            .map(|h| snapshot.tools()[h.index].qualified_name.clone())
+            .collect();
+        if self.options.preload_margin.is_some()
+            && let Ok(mut runners_up) = self.runners_up.lock()
+        {
+            *runners_up = snapshot
+                .search_close(user_text, self.options.preload, f64::INFINITY)
+                .into_iter()
+                .map(|h| snapshot.tools()[h.index].qualified_name.clone())
+                .filter(|name| !names.contains(name))
+                .collect();
+        }
         self.load(snapshot, names)
+    }
+
+    fn after_failed_call(&self, snapshot: &Snapshot, name: &str) -> Vec<String> {
+        // A tool this selection did not offer (a named file's reader) changes nothing.
+        if !self.loaded().iter().any(|l| l == name) {
+            return Vec::new();
+        }
+        let runners_up = match self.runners_up.lock() {
+            Ok(mut runners_up) => std::mem::take(&mut *runners_up),
+            Err(_) => return Vec::new(),
+        };
+        if runners_up.is_empty() {
+            return Vec::new();
+        }
+        if let Ok(mut loaded) = self.loaded.lock() {
+            loaded.retain(|l| l != name);
+        }
+        self.load(snapshot, runners_up)
     }
 
     fn offer(&self, snapshot: &Snapshot) -> Vec<ToolDefinition> {
@@ -737,6 +778,12 @@ impl ToolSelection for AutoTools {
     }
     fn loaded(&self) -> Vec<String> {
         self.search.loaded()
+    }
+    fn after_failed_call(&self, snapshot: &Snapshot, name: &str) -> Vec<String> {
+        if self.fits(snapshot) {
+            return Vec::new();
+        }
+        self.search.after_failed_call(snapshot, name)
     }
     fn reachable_servers(&self, snapshot: &Snapshot) -> Option<Vec<String>> {
         if self.fits(snapshot) {

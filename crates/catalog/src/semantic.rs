@@ -261,11 +261,24 @@ impl SemanticRanker {
         if n == 0 {
             return lexical.hits;
         }
-        let encoded = self
-            .encoder
-            .encode(&values::values_as_kinds(&values::operators_as_words(
-                &crate::facts::facts_as_kind(query),
-            )));
+        let facts = crate::facts::facts_as_kind(query);
+        let mut encoded =
+            self.encoder
+                .encode(&values::values_as_kinds(&values::operators_as_words(
+                    &facts,
+                )));
+        let w: f32 = std::env::var("TETHER_FACT_W")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        if w > 0.0 && facts != query {
+            let orig = self
+                .encoder
+                .encode(&values::values_as_kinds(&values::operators_as_words(query)));
+            for (a, b) in encoded.iter_mut().zip(&orig) {
+                *a += w * b;
+            }
+        }
         let dense: Vec<f64> = vectors
             .iter()
             .map(|v| {
@@ -533,6 +546,56 @@ mod tests {
         // BM25's scores are not on one scale: its best k stay.
         let lexical = crate::Snapshot::new(servers());
         assert_eq!(lexical.search_close("numbers", 3, 0.0).len(), 3);
+    }
+
+    /// A pre-selected tool whose call failed gives way to the others ranked for the message,
+    /// once a turn; a tool that was not offered changes nothing.
+    #[test]
+    fn a_failed_pre_selected_call_gives_way_to_the_runners_up() {
+        use crate::selection::{SearchTools, SelectionMode, SelectionOptions, ToolSelection};
+        let snapshot = crate::Snapshot::new(vec![crate::ServerTools {
+            server: "math".into(),
+            tools: vec![
+                tool("add", "Add two numbers.").tool,
+                tool("subtract", "Subtract two numbers.").tool,
+                tool("multiply", "Multiply two numbers.").tool,
+                tool("forecast", "Weather for the week.").tool,
+            ],
+            always_load: false,
+        }])
+        .with_semantic(Some(SemanticRanker::new(Arc::new(Words), None)));
+        let selection = SearchTools::new(SelectionOptions {
+            mode: SelectionMode::Search,
+            search_tool: false,
+            preload: 3,
+            preload_margin: Some(1.0),
+            keep_loaded: false,
+            ..SelectionOptions::default()
+        });
+        let asked = "take away 9 from 30";
+        assert_eq!(selection.start_turn(&snapshot, asked), ["math__subtract"]);
+        assert!(
+            selection
+                .after_failed_call(&snapshot, "math__forecast")
+                .is_empty(),
+            "not offered: nothing changes"
+        );
+        let instead = selection.after_failed_call(&snapshot, "math__subtract");
+        assert_eq!(instead.len(), 2, "{instead:?}");
+        assert!(!instead.contains(&"math__subtract".to_string()));
+        assert_eq!(
+            selection.loaded(),
+            instead,
+            "the failed tool is no longer offered"
+        );
+        assert!(
+            selection
+                .after_failed_call(&snapshot, &instead[0])
+                .is_empty(),
+            "once a turn"
+        );
+        // The next turn ranks afresh.
+        assert_eq!(selection.start_turn(&snapshot, asked), ["math__subtract"]);
     }
 
     #[test]

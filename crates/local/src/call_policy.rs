@@ -82,6 +82,37 @@ pub(crate) fn with_system_note(messages: &[Message], note: &str) -> Vec<Message>
     noted
 }
 
+/// Whether `messages` end with the turn's only tool result, a failure, and no tool of `tools`
+/// is the one that failed: the selection offered others in its place (the agent's "after a
+/// failed call"), so a small model makes one more call instead of answering with the error.
+/// Its own tool still offered, it answers: the 135M model repeats a failed call as it was.
+pub(crate) fn failed_call_replaced(messages: &[Message], tools: &[ToolDefinition]) -> bool {
+    let Some(Message::Tool {
+        name,
+        is_error: true,
+        ..
+    }) = messages.last()
+    else {
+        return false;
+    };
+    let from = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { .. }))
+        .unwrap_or(0);
+    let results = messages[from..]
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { .. }))
+        .count();
+    let short = name.rsplit("__").next().unwrap_or(name);
+    // `mcp_query` narrowed to pre-selected tools lists them as `tool "name"`.
+    let listed = format!("tool \"{short}\"");
+    results == 1
+        && !tools.is_empty()
+        && !tools
+            .iter()
+            .any(|tool| tool.name == *name || tool.description.contains(&listed))
+}
+
 /// The last user message and every message after it, as text.
 pub(crate) fn this_turn_text(messages: &[Message]) -> String {
     let from = messages
@@ -330,5 +361,44 @@ mod tests {
             "What's in the docs folder?",
             std::slice::from_ref(&list)
         ));
+    }
+
+    #[test]
+    fn a_failed_call_replaced_by_other_tools_is_tried_again_once() {
+        let tool = |name: &str, description: &str| ToolDefinition {
+            name: name.into(),
+            description: description.into(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        let failed = |is_error| Message::Tool {
+            tool_call_id: "call_1".into(),
+            name: "memory__add_observations".into(),
+            content: "Entity with name Bob not found".into(),
+            images: Vec::new(),
+            is_error,
+        };
+        let call = Message::Assistant {
+            content: String::new(),
+            tool_calls: Vec::new(),
+        };
+        let asked = Message::user("Remember that Bob likes green tea.");
+        let others = [tool("memory__create_entities", "Create entities.")];
+        let turn = vec![asked.clone(), call.clone(), failed(true)];
+        assert!(failed_call_replaced(&turn, &others));
+        // The failed tool still offered (directly, or among `mcp_query`'s): the model answers.
+        let kept = [tool("memory__add_observations", "Add observations.")];
+        assert!(!failed_call_replaced(&turn, &kept));
+        let narrowed = [tool(
+            "mcp_query",
+            "Tools:\n- server \"memory\", tool \"add_observations\": Add observations.",
+        )];
+        assert!(!failed_call_replaced(&turn, &narrowed));
+        // A call that worked, or a second failure in the turn: the model answers.
+        assert!(!failed_call_replaced(
+            &[asked.clone(), call.clone(), failed(false)],
+            &others
+        ));
+        let twice = vec![asked, call.clone(), failed(true), call, failed(true)];
+        assert!(!failed_call_replaced(&twice, &others));
     }
 }

@@ -56,8 +56,8 @@ use crate::answer_guards::{
 };
 use crate::call_checks::CallChecks;
 use crate::call_policy::{
-    NO_TOOL_ANSWER, NO_TOOL_FITS, asks_to_look_up_unserved, mentions_a_tool, this_turn_text,
-    with_system_note, without_server_instructions,
+    NO_TOOL_ANSWER, NO_TOOL_FITS, asks_to_look_up_unserved, failed_call_replaced, mentions_a_tool,
+    this_turn_text, with_system_note, without_server_instructions,
 };
 use crate::decoding::{
     call_draft, continue_decoding, evaluate_shared, grammar_token, queue, shared_levels,
@@ -334,6 +334,25 @@ impl LocalProvider {
     }
 
     fn prepare(&self, request: &ChatRequest) -> Result<Prepared, LlmError> {
+        let small = self.engine.model.n_params() < 1_000_000_000;
+        if small && failed_call_replaced(&request.messages, &request.tools) {
+            // Asked afresh with the tools offered in the failed one's place: after the
+            // failed call and its error, the 135M model filled the next call with the
+            // error's words ("Green Tea" as the entity, no observation).
+            let mut afresh = request.clone();
+            let asked = afresh
+                .messages
+                .iter()
+                .rposition(|m| matches!(m, Message::User { .. }))
+                .unwrap_or(0);
+            afresh.messages.truncate(asked + 1);
+            return self.prepare_call(&afresh, true);
+        }
+        self.prepare_call(request, false)
+    }
+
+    /// [`LocalProvider::prepare`], with a call required of a small model when `retry`.
+    fn prepare_call(&self, request: &ChatRequest, retry: bool) -> Result<Prepared, LlmError> {
         let last_user = match request.messages.last() {
             Some(Message::User { content }) => Some(content.as_str()),
             _ => None,
@@ -359,7 +378,8 @@ impl LocalProvider {
         let has_tools = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
         let mode = if !has_tools {
             CallMode::Answer
-        } else if request.tool_choice == ToolChoice::Required || (small && last_is_user) {
+        } else if request.tool_choice == ToolChoice::Required || (small && (last_is_user || retry))
+        {
             if self.options.grammar {
                 CallMode::RequiredCall
             } else {

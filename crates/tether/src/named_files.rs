@@ -97,4 +97,8 @@ impl ToolSelection for WithNamedFiles {
     fn effective_mode(&self, snapshot: &Snapshot) -> SelectionMode {
         self.inner.effective_mode(snapshot)
     }
+
+    fn after_failed_call(&self, snapshot: &Snapshot, name: &str) -> Vec<String> {
+        self.inner.after_failed_call(snapshot, name)
+    }
 }
