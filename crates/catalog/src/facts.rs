@@ -26,9 +26,6 @@ const CLAUSE_OPENERS: &[&str] = &[
 /// `query` with each fact it reports replaced by "a fact" ("jot down a fact"; "…, record that"
 /// as "record a fact"); the query's own text when it reports none.
 pub(crate) fn facts_as_kind(query: &str) -> Cow<'_, str> {
-    if std::env::var_os("TETHER_NO_FACTS").is_some() {
-        return Cow::Borrowed(query);
-    }
     let tokens: Vec<&str> = query.split_whitespace().collect();
     let mut out: Vec<String> = Vec::with_capacity(tokens.len());
     let mut changed = false;

@@ -261,24 +261,11 @@ impl SemanticRanker {
         if n == 0 {
             return lexical.hits;
         }
-        let facts = crate::facts::facts_as_kind(query);
-        let mut encoded =
-            self.encoder
-                .encode(&values::values_as_kinds(&values::operators_as_words(
-                    &facts,
-                )));
-        let w: f32 = std::env::var("TETHER_FACT_W")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        if w > 0.0 && facts != query {
-            let orig = self
-                .encoder
-                .encode(&values::values_as_kinds(&values::operators_as_words(query)));
-            for (a, b) in encoded.iter_mut().zip(&orig) {
-                *a += w * b;
-            }
-        }
+        let encoded = self
+            .encoder
+            .encode(&values::values_as_kinds(&values::operators_as_words(
+                &crate::facts::facts_as_kind(query),
+            )));
         let dense: Vec<f64> = vectors
             .iter()
             .map(|v| {
