@@ -535,56 +535,6 @@ mod tests {
         assert_eq!(lexical.search_close("numbers", 3, 0.0).len(), 3);
     }
 
-    /// A pre-selected tool whose call failed gives way to the others ranked for the message,
-    /// once a turn; a tool that was not offered changes nothing.
-    #[test]
-    fn a_failed_pre_selected_call_gives_way_to_the_runners_up() {
-        use crate::selection::{SearchTools, SelectionMode, SelectionOptions, ToolSelection};
-        let snapshot = crate::Snapshot::new(vec![crate::ServerTools {
-            server: "math".into(),
-            tools: vec![
-                tool("add", "Add two numbers.").tool,
-                tool("subtract", "Subtract two numbers.").tool,
-                tool("multiply", "Multiply two numbers.").tool,
-                tool("forecast", "Weather for the week.").tool,
-            ],
-            always_load: false,
-        }])
-        .with_semantic(Some(SemanticRanker::new(Arc::new(Words), None)));
-        let selection = SearchTools::new(SelectionOptions {
-            mode: SelectionMode::Search,
-            search_tool: false,
-            preload: 3,
-            preload_margin: Some(1.0),
-            keep_loaded: false,
-            ..SelectionOptions::default()
-        });
-        let asked = "take away 9 from 30";
-        assert_eq!(selection.start_turn(&snapshot, asked), ["math__subtract"]);
-        assert!(
-            selection
-                .after_failed_call(&snapshot, "math__forecast")
-                .is_empty(),
-            "not offered: nothing changes"
-        );
-        let instead = selection.after_failed_call(&snapshot, "math__subtract");
-        assert_eq!(instead.len(), 2, "{instead:?}");
-        assert!(!instead.contains(&"math__subtract".to_string()));
-        assert_eq!(
-            selection.loaded(),
-            instead,
-            "the failed tool is no longer offered"
-        );
-        assert!(
-            selection
-                .after_failed_call(&snapshot, &instead[0])
-                .is_empty(),
-            "once a turn"
-        );
-        // The next turn ranks afresh.
-        assert_eq!(selection.start_turn(&snapshot, asked), ["math__subtract"]);
-    }
-
     #[test]
     fn vectors_are_cached_on_disk_per_tool_text() {
         let dir = std::env::temp_dir().join(format!("tether-vectors-{}", std::process::id()));

@@ -1,5 +1,6 @@
 use super::*;
 use crate::catalog::ServerTools;
+use crate::semantic::{SemanticRanker, TextEncoder};
 use tether_protocol::Tool;
 
 fn tool(name: &str, description: &str, schema: Value) -> Tool {
@@ -190,4 +191,84 @@ fn auto_is_all_while_it_fits_and_search_beyond() {
         names(&offered)
     );
     assert!(offered.len() < 5);
+}
+
+/// Words as axes: texts sharing a word ("take away" read as subtract) point the same way.
+struct Words;
+
+impl TextEncoder for Words {
+    fn encode(&self, text: &str) -> Vec<f32> {
+        let text = text.to_lowercase().replace("take away", "subtract");
+        let mut v: Vec<f32> = ["subtract", "add", "weather"]
+            .iter()
+            .map(|a| if text.contains(a) { 1.0 } else { 0.0 })
+            .collect();
+        v.push(0.1);
+        let length = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / length).collect()
+    }
+    fn model(&self) -> &str {
+        "words"
+    }
+}
+
+/// A pre-selected tool whose call failed gives way to the others ranked for the message,
+/// once a turn; a tool that was not offered changes nothing.
+#[test]
+fn a_failed_pre_selected_call_gives_way_to_the_runners_up() {
+    let snapshot = Snapshot::new(vec![ServerTools {
+        server: "math".into(),
+        tools: vec![
+            tool("add", "Add two numbers.", json!({"type": "object"})),
+            tool(
+                "subtract",
+                "Subtract two numbers.",
+                json!({"type": "object"}),
+            ),
+            tool(
+                "multiply",
+                "Multiply two numbers.",
+                json!({"type": "object"}),
+            ),
+            tool(
+                "forecast",
+                "Weather for the week.",
+                json!({"type": "object"}),
+            ),
+        ],
+        always_load: false,
+    }])
+    .with_semantic(Some(SemanticRanker::new(Arc::new(Words), None)));
+    let selection = SearchTools::new(SelectionOptions {
+        mode: SelectionMode::Search,
+        search_tool: false,
+        preload: 3,
+        preload_margin: Some(1.0),
+        keep_loaded: false,
+        ..SelectionOptions::default()
+    });
+    let asked = "take away 9 from 30";
+    assert_eq!(selection.start_turn(&snapshot, asked), ["math__subtract"]);
+    assert!(
+        selection
+            .after_failed_call(&snapshot, "math__forecast")
+            .is_empty(),
+        "not offered: nothing changes"
+    );
+    let instead = selection.after_failed_call(&snapshot, "math__subtract");
+    assert_eq!(instead.len(), 2, "{instead:?}");
+    assert!(!instead.contains(&"math__subtract".to_string()));
+    assert_eq!(
+        selection.loaded(),
+        instead,
+        "the failed tool is no longer offered"
+    );
+    assert!(
+        selection
+            .after_failed_call(&snapshot, &instead[0])
+            .is_empty(),
+        "once a turn"
+    );
+    // The next turn ranks afresh.
+    assert_eq!(selection.start_turn(&snapshot, asked), ["math__subtract"]);
 }
