@@ -177,6 +177,17 @@ impl Snapshot {
     /// the margin, tools whose servers mark them as going against what the query asks (a
     /// question, a change) give way to those marked as fitting it (`intent`).
     pub fn search_close(&self, query: &str, limit: usize, margin: f64) -> Vec<Hit> {
+        self.search_close_and_rest(query, limit, margin).0
+    }
+
+    /// [`Snapshot::search_close`], and the rest of the first `limit` the margin left out (the
+    /// runners-up a small model is offered after a failed call), from one ranking.
+    pub fn search_close_and_rest(
+        &self,
+        query: &str,
+        limit: usize,
+        margin: f64,
+    ) -> (Vec<Hit>, Vec<Hit>) {
         // Three times the tools are ranked, so that those fitting the intent can come up
         // from below the first `limit`.
         let (mut hits, fused) = self.ranked(query, limit.saturating_mul(3));
@@ -185,11 +196,13 @@ impl Snapshot {
         }
         hits.truncate(limit);
         match hits.first().map(|h| (h.score, h.exact)) {
-            Some((_, true)) => hits.retain(|h| h.exact),
-            Some((best, false)) if fused => hits.retain(|h| h.score >= best - margin),
-            _ => {}
+            // A tool named exactly is offered alone, with no runners-up.
+            Some((_, true)) => (hits.into_iter().filter(|h| h.exact).collect(), Vec::new()),
+            Some((best, false)) if fused => {
+                hits.into_iter().partition(|h| h.score >= best - margin)
+            }
+            _ => (hits, Vec::new()),
         }
-        hits
     }
 
     /// The ranking, and whether it fused words and meaning.

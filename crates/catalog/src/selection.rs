@@ -18,6 +18,7 @@ use tether_protocol::QualifiedTool;
 use tether_protocol::chat::ToolDefinition;
 
 use crate::catalog::{Snapshot, estimate_tokens, one_line};
+use crate::search::Hit;
 
 /// The name of the search tool offered in `search` mode.
 pub const SEARCH_TOOL: &str = "search_tools";
@@ -190,6 +191,19 @@ fn resolve_direct(snapshot: &Snapshot, name: &str, arguments: Value) -> Resolved
     }
 }
 
+/// The tools pre-selected for `user_text` (`options.preload` of them, within the pre-load
+/// margin when there is one), and those of the first `preload` the margin left out.
+fn pre_selection(
+    options: &SelectionOptions,
+    snapshot: &Snapshot,
+    user_text: &str,
+) -> (Vec<Hit>, Vec<Hit>) {
+    match options.preload_margin {
+        Some(margin) => snapshot.search_close_and_rest(user_text, options.preload, margin),
+        None => (snapshot.search(user_text, options.preload), Vec::new()),
+    }
+}
+
 /// Every tool on every request.
 #[derive(Debug, Default)]
 pub struct AllTools;
@@ -348,25 +362,16 @@ impl ToolSelection for SearchTools {
         if self.options.preload == 0 {
             return Vec::new();
         }
-        let hits = match self.options.preload_margin {
-            Some(margin) => snapshot.search_close(user_text, self.options.preload, margin),
-            None => snapshot.search(user_text, self.options.preload),
-        };
-        let names: Vec<String> = hits
-            .into_iter()
-            .map(|h| snapshot.tools()[h.index].qualified_name.clone())
-            .collect();
-        if self.options.preload_margin.is_some()
-            && let Ok(mut runners_up) = self.runners_up.lock()
-        {
-            *runners_up = snapshot
-                .search_close(user_text, self.options.preload, f64::INFINITY)
-                .into_iter()
+        let (hits, rest) = pre_selection(&self.options, snapshot, user_text);
+        let qualified = |hits: Vec<Hit>| -> Vec<String> {
+            hits.into_iter()
                 .map(|h| snapshot.tools()[h.index].qualified_name.clone())
-                .filter(|name| !names.contains(name))
-                .collect();
+                .collect()
+        };
+        if let Ok(mut runners_up) = self.runners_up.lock() {
+            *runners_up = qualified(rest);
         }
-        self.load(snapshot, names)
+        self.load(snapshot, qualified(hits))
     }
 
     fn after_failed_call(&self, snapshot: &Snapshot, name: &str) -> Vec<String> {

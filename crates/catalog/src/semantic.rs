@@ -383,30 +383,33 @@ fn write_cache(file: &PathBuf, vectors: &HashMap<Key, Arc<[f32]>>) -> std::io::R
     std::fs::rename(&part, file)
 }
 
+/// A test encoder: words as axes, so texts sharing a word (after a small synonym table) point
+/// the same way. Shared by this module's tests and the selection's.
+#[cfg(test)]
+pub(crate) struct Words;
+
+#[cfg(test)]
+impl TextEncoder for Words {
+    fn encode(&self, text: &str) -> Vec<f32> {
+        let axes = ["subtract", "add", "weather"];
+        let text = text.to_lowercase().replace("take away", "subtract");
+        let mut v: Vec<f32> = axes
+            .iter()
+            .map(|a| if text.contains(a) { 1.0 } else { 0.0 })
+            .collect();
+        v.push(0.1);
+        let length = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / length).collect()
+    }
+    fn model(&self) -> &str {
+        "words"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    /// Words as axes: texts sharing a word (after a small synonym table) point the same way.
-    struct Words;
-
-    impl TextEncoder for Words {
-        fn encode(&self, text: &str) -> Vec<f32> {
-            let axes = ["subtract", "add", "weather"];
-            let text = text.to_lowercase().replace("take away", "subtract");
-            let mut v: Vec<f32> = axes
-                .iter()
-                .map(|a| if text.contains(a) { 1.0 } else { 0.0 })
-                .collect();
-            v.push(0.1);
-            let length = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-            v.iter().map(|x| x / length).collect()
-        }
-        fn model(&self) -> &str {
-            "words"
-        }
-    }
 
     fn tool(name: &str, description: &str) -> QualifiedTool {
         QualifiedTool {

@@ -9,7 +9,7 @@ use tether_protocol::chat::ToolDefinition;
 
 use super::{
     META_DESCRIPTION_BUDGET, META_TOOL, Resolved, SelectionMode, SelectionOptions, ToolSelection,
-    resolve_direct, servers_of,
+    pre_selection, resolve_direct, servers_of,
 };
 use crate::catalog::{Snapshot, one_line, schema_problems};
 
@@ -175,10 +175,7 @@ impl ToolSelection for MetaTool {
         if self.options.search_tool || self.options.preload == 0 {
             return Vec::new();
         }
-        let hits = match self.options.preload_margin {
-            Some(margin) => snapshot.search_close(user_text, self.options.preload, margin),
-            None => snapshot.search(user_text, self.options.preload),
-        };
+        let (hits, _) = pre_selection(&self.options, snapshot, user_text);
         let names: Vec<String> = hits
             .into_iter()
             .filter(|h| !snapshot.always_loaded(h.index))

@@ -1,6 +1,6 @@
 use super::*;
 use crate::catalog::ServerTools;
-use crate::semantic::{SemanticRanker, TextEncoder};
+use crate::semantic::{SemanticRanker, Words};
 use tether_protocol::Tool;
 
 fn tool(name: &str, description: &str, schema: Value) -> Tool {
@@ -191,25 +191,6 @@ fn auto_is_all_while_it_fits_and_search_beyond() {
         names(&offered)
     );
     assert!(offered.len() < 5);
-}
-
-/// Words as axes: texts sharing a word ("take away" read as subtract) point the same way.
-struct Words;
-
-impl TextEncoder for Words {
-    fn encode(&self, text: &str) -> Vec<f32> {
-        let text = text.to_lowercase().replace("take away", "subtract");
-        let mut v: Vec<f32> = ["subtract", "add", "weather"]
-            .iter()
-            .map(|a| if text.contains(a) { 1.0 } else { 0.0 })
-            .collect();
-        v.push(0.1);
-        let length = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.iter().map(|x| x / length).collect()
-    }
-    fn model(&self) -> &str {
-        "words"
-    }
 }
 
 /// A pre-selected tool whose call failed gives way to the others ranked for the message,
