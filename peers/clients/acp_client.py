@@ -13,10 +13,15 @@ the test asserts on it. Every wait is bounded.
 
 import asyncio
 import json
+import os
 import sys
 
 import acp
 from acp.schema import AllowedOutcome, DeniedOutcome, McpServerStdio
+
+# The SDK starts the agent with a trimmed environment (HOME, PATH, …); the test's own data
+# directory and isolation (TETHER_DATA_DIR, XDG_*) reach Tether only when passed on.
+AGENT_ENV = dict(os.environ)
 
 
 class Editor(acp.Client):
@@ -63,7 +68,7 @@ async def main():
     model = sys.argv[5:]
     report = {}
     editor = Editor()
-    async with acp.spawn_agent_process(editor, tether, "acp", *model, cwd=workdir) as (conn, _):
+    async with acp.spawn_agent_process(editor, tether, "acp", *model, cwd=workdir, env=AGENT_ENV) as (conn, _):
         init = await asyncio.wait_for(conn.initialize(protocol_version=1), 60)
         report["initialize"] = init.model_dump(mode="json", by_alias=True, exclude_none=True)
         new = await asyncio.wait_for(
@@ -100,7 +105,7 @@ async def main():
         report["updates"] = editor.updates
 
     replayed = Editor()
-    async with acp.spawn_agent_process(replayed, tether, "acp", *model, cwd=workdir) as (conn, _):
+    async with acp.spawn_agent_process(replayed, tether, "acp", *model, cwd=workdir, env=AGENT_ENV) as (conn, _):
         await asyncio.wait_for(conn.initialize(protocol_version=1), 60)
         loaded = await asyncio.wait_for(
             conn.load_session(

@@ -12,7 +12,7 @@ import { CreateMessageRequestSchema, ToolListChangedNotificationSchema } from "@
 const [scenario, target, ...args] = process.argv.slice(2);
 const transport = target.startsWith("http")
   ? new StreamableHTTPClientTransport(new URL(target), { requestInit: { headers: JSON.parse(process.env.GATEWAY_HEADERS || "{}") } })
-  : new StdioClientTransport({ command: target, args, stderr: "ignore" });
+  : new StdioClientTransport({ command: target, args, stderr: "ignore", env: process.env });
 const client = new Client({ name: "gateway-test-ts", version: "1.0.0" }, { capabilities: { sampling: {} } });
 const report = {};
 let listChanged = 0;

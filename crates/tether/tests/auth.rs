@@ -16,6 +16,7 @@ fn tether(dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .current_dir(dir)
         .env("TETHER_CREDENTIALS", dir.join("credentials.json"))
+        .env("TETHER_DATA_DIR", dir.join("data"))
         .output()
         .unwrap()
 }

@@ -44,7 +44,7 @@ impl Run {
 }
 
 fn tether_in(dir: &Path, args: &[&str]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+    let mut child = test_support::own_data_dir(&mut Command::new(env!("CARGO_BIN_EXE_tether")))
         .args(args)
         .current_dir(dir)
         .env("NO_COLOR", "1")
@@ -515,6 +515,7 @@ fn stdio_servers_get_an_explicit_environment() {
     }}});
     std::fs::write(dir.join("custom.json"), config.to_string()).unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_tether"));
+    test_support::own_data_dir(&mut command);
     let output = command
         .args(["call", "everything", "get-env", "--config", "custom.json"])
         .current_dir(&dir)
@@ -754,7 +755,7 @@ fn a_refused_connection_and_a_missing_api_key_are_said_in_words() {
     // A hosted model without its key fails at once and names the variable, instead of
     // retrying the network.
     let started = Instant::now();
-    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+    let output = test_support::own_data_dir(&mut Command::new(env!("CARGO_BIN_EXE_tether")))
         .args(["run", "--model", "openai:gpt-4o-mini", "hello"])
         .current_dir(tempdir())
         .env_remove("OPENAI_API_KEY")
@@ -998,7 +999,7 @@ fn usage_errors_exit_1() {
 fn a_closed_stdout_pipe_is_a_clean_exit() {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+    let output = test_support::own_data_dir(&mut Command::new(env!("CARGO_BIN_EXE_tether")))
         .args(["--stdio", &misbehaving_stdio("working"), "tools"])
         .env("RUST_BACKTRACE", "1")
         .stdin(Stdio::null())
@@ -1144,7 +1145,7 @@ fn a_closed_standard_error_does_not_panic() {
     .unwrap();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+    let output = test_support::own_data_dir(&mut Command::new(env!("CARGO_BIN_EXE_tether")))
         .args(["batch", "steps.txt"])
         .current_dir(&dir)
         .env("NO_COLOR", "1")
