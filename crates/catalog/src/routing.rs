@@ -74,6 +74,7 @@ pub(crate) fn kinds_taken(tool: &QualifiedTool) -> Vec<ValueKind> {
                 | "directory" | "folder" => Some(ValueKind::Path),
                 "url" | "urls" | "uri" | "link" | "href" => Some(ValueKind::Url),
                 "time" | "hour" | "clock" => Some(ValueKind::Clock),
+                "email" | "emails" | "recipient" | "recipients" => Some(ValueKind::Email),
                 _ => None,
             };
             if let Some(kind) = kind.filter(|k| !kinds.contains(k)) {

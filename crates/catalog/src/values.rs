@@ -13,6 +13,8 @@ pub(crate) enum ValueKind {
     Url,
     /// A time of day: `10am`, `3:30pm`, `14:30`.
     Clock,
+    /// An email address: `bob@example.com`.
+    Email,
 }
 
 /// Top-level domains that make `name.tld` an address rather than a file.
@@ -187,6 +189,16 @@ fn value_of(token: &str) -> Option<(ValueKind, String)> {
     if is_clock_time(token) {
         return Some((ValueKind::Clock, "time".into()));
     }
+    // `bob@example.com` ends like a web address and is none: read as one, it ranked a URL
+    // tool first for "change Bob's email to bob@example.com in the users table".
+    if let Some((user, domain)) = token.split_once('@')
+        && !user.is_empty()
+        && !user.contains("://")
+        && domain.contains('.')
+        && !domain.contains('@')
+    {
+        return Some((ValueKind::Email, "email address".into()));
+    }
     if token.contains("://") || token.starts_with("www.") {
         return Some((ValueKind::Url, "web page url".into()));
     }
@@ -280,6 +292,28 @@ mod tests {
         }
         assert_eq!(kinds_named("read src/main.rs"), vec![ValueKind::Path]);
         assert!(kinds_named("version 1.2.3 of it").is_empty());
+    }
+
+    #[test]
+    fn an_email_address_is_a_value_and_no_web_address() {
+        assert_eq!(
+            values_as_kinds("change Bob's email to bob@example.com in the users table"),
+            "change Bob's email to bob@example.com email address in the users table"
+        );
+        assert_eq!(
+            kinds_named("mail ann.lee@mail.example.org."),
+            vec![ValueKind::Email]
+        );
+        assert_eq!(
+            without_values("write to bob@example.com, please"),
+            "write to please"
+        );
+        // An address's user part is no email.
+        assert_eq!(
+            kinds_named("fetch https://user@example.com/page"),
+            vec![ValueKind::Url]
+        );
+        assert!(kinds_named("ping @alice about it").is_empty());
     }
 
     #[test]
