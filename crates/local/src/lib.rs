@@ -21,7 +21,6 @@ pub mod described;
 mod draft;
 pub mod grammar;
 mod kept;
-mod looping;
 mod named;
 mod narrowing;
 pub mod numbers;
@@ -523,10 +522,6 @@ fn generate<'m>(
             stop = StopReason::ToolCalls;
             break;
         }
-        if call_text.is_some_and(looping::ends_in_a_loop) {
-            // Closed after the loop's first copy below, instead of looping to the limit.
-            break;
-        }
         if drafted.front() == Some(&token) {
             // The model chose the drafted token: it is evaluated already.
             drafted.pop_front();
@@ -599,12 +594,8 @@ fn generate<'m>(
         "embedded model timing"
     );
     if mode != CallMode::Answer {
-        // The first complete call in the text, as a native tool call; a call whose text value
-        // went into a loop, closed after the loop's first copy.
-        let calls = find_call(&text).or_else(|| {
-            let at = text.find(grammar::CALL_OPENER)?;
-            find_call(&looping::closed_after_first_copy(&text[at..])?)
-        });
+        // The first complete call in the text, as a native tool call.
+        let calls = find_call(&text);
         match calls {
             Some((tool, arguments)) => {
                 let arguments = prepared.checks.checked(&tool, arguments, &prepared.known);
