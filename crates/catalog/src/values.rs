@@ -195,7 +195,9 @@ fn value_of(token: &str) -> Option<(ValueKind, String)> {
         && !user.is_empty()
         && !user.contains("://")
         && domain.contains('.')
-        && !domain.contains('@')
+        && domain
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
     {
         return Some((ValueKind::Email, "email address".into()));
     }
@@ -314,6 +316,9 @@ mod tests {
             vec![ValueKind::Url]
         );
         assert!(kinds_named("ping @alice about it").is_empty());
+        // A git remote over SSH names a host and a repository, not a mailbox.
+        assert!(!kinds_named("clone git@github.com:org/repo.git").contains(&ValueKind::Email));
+        assert!(!kinds_named("a@b@example.com").contains(&ValueKind::Email));
     }
 
     #[test]
