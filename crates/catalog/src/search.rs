@@ -303,7 +303,7 @@ impl SearchIndex {
         let mut stems: Vec<String> = Vec::new();
         // Exact names are looked for in the query as written (below).
         let facts = crate::facts::facts_as_kind(query);
-        let spoken = crate::values::operators_as_words(&facts);
+        let spoken = crate::values::arithmetic_as_words(&facts);
         let spoken = crate::values::phrasal_verbs_as_words(&spoken).into_owned();
         let words = if self.ranking.analyse {
             crate::values::without_values(&spoken)

@@ -263,7 +263,7 @@ impl SemanticRanker {
         }
         let encoded = self
             .encoder
-            .encode(&values::values_as_kinds(&values::operators_as_words(
+            .encode(&values::values_as_kinds(&values::arithmetic_as_words(
                 &crate::facts::facts_as_kind(query),
             )));
         let dense: Vec<f64> = vectors

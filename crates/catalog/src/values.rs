@@ -97,6 +97,101 @@ pub(crate) fn operators_as_words(query: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// `query` with its arithmetic in words: signs read out ([`operators_as_words`]) and a
+/// product a word problem describes without a sign ([`products_as_words`]).
+pub(crate) fn arithmetic_as_words(query: &str) -> std::borrow::Cow<'_, str> {
+    match operators_as_words(query) {
+        std::borrow::Cow::Borrowed(query) => products_as_words(query),
+        std::borrow::Cow::Owned(spoken) => {
+            std::borrow::Cow::Owned(products_as_words(&spoken).into_owned())
+        }
+    }
+}
+
+/// `query` with the product a word problem describes said outright after it: "6 boxes of 12
+/// eggs" and "$35 each, 7 of them" (" (6 times 12)"), "50 a week for 52 weeks", "17 squared".
+/// People rarely write "times" for these, and without it the sum ranks first: it is the
+/// arithmetic tool the numbers alone bring to mind. A sentence that shares or splits ("among
+/// 8 kids, how many does each get") asks for a quotient and is left as it is, as is a rate
+/// written with "per", which in a question's units ("km per hour") asks for the formula of
+/// its domain, not a product. The query's own text when it describes no product.
+pub(crate) fn products_as_words(query: &str) -> std::borrow::Cow<'_, str> {
+    let tokens: Vec<&str> = query.split_whitespace().collect();
+    let words: Vec<String> = tokens
+        .iter()
+        .map(|t| {
+            t.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    if words
+        .iter()
+        .any(|w| SHARING.iter().any(|s| w.starts_with(s)))
+    {
+        return std::borrow::Cow::Borrowed(query);
+    }
+    let amounts: Vec<(usize, &str)> = tokens
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| amount(t).map(|a| (i, a)))
+        .collect();
+    let product = |a: &str, b: &str| format!("{query} ({a} times {b})");
+    // "17 squared", "3 cubed".
+    if let Some(&(i, a)) = amounts.iter().find(|(i, _)| {
+        words
+            .get(i + 1)
+            .is_some_and(|w| w == "squared" || w == "cubed")
+    }) {
+        let times = if words[i + 1] == "cubed" {
+            format!("{a} times {a}")
+        } else {
+            a.to_string()
+        };
+        return std::borrow::Cow::Owned(product(a, &times));
+    }
+    let [(first, a), (second, b), ..] = amounts[..] else {
+        return std::borrow::Cow::Borrowed(query);
+    };
+    let so_many = words
+        .iter()
+        .any(|w| matches!(w.as_str(), "each" | "apiece"));
+    // "6 boxes of 12 eggs": a count of things that each hold the second amount.
+    let holding = second > first + 1
+        && second - first <= 3
+        && words[second - 1] == "of"
+        && words[first + 1].ends_with('s');
+    // "50 a week for 52 weeks", "$20 an hour".
+    let rate = amounts.iter().any(|&(i, _)| {
+        matches!(words.get(i + 1).map(String::as_str), Some("a" | "an"))
+            && words
+                .get(i + 2)
+                .is_some_and(|w| UNITS_OF_TIME.contains(&w.as_str()))
+    });
+    if so_many || holding || rate {
+        std::borrow::Cow::Owned(product(a, b))
+    } else {
+        std::borrow::Cow::Borrowed(query)
+    }
+}
+
+/// Word beginnings that make a word problem's "each" a share rather than a product.
+const SHARING: &[&str] = &[
+    "split", "share", "divid", "between", "among", "evenly", "equally", "average",
+];
+
+/// Units a rate is counted in ("50 a week").
+const UNITS_OF_TIME: &[&str] = &[
+    "second", "minute", "hour", "day", "night", "week", "month", "year",
+];
+
+/// The number `token` writes, without a currency sign before it or the sentence's punctuation
+/// after it ("$35" as "35"), if it is one.
+fn amount(token: &str) -> Option<&str> {
+    let token = token.trim_start_matches(['$', '€', '£', '¥']);
+    let token = token.trim_end_matches(['?', '!', ',', ';', ':', '.', ')']);
+    is_number(token).then_some(token)
+}
+
 /// `query` with "look for" and "look up" (in any tense) as "search for": a person looks for what
 /// tools search and find, while "look" alone, or "look at", asks to see something
 /// (`EVERYDAY_WORDS` reads it as read). The query's own text when it has no such phrase.
@@ -358,6 +453,41 @@ mod tests {
             "read x.txt",
         ] {
             assert_eq!(operators_as_words(plain), plain);
+        }
+    }
+
+    #[test]
+    fn a_word_problem_says_its_product_and_a_share_does_not() {
+        assert_eq!(
+            products_as_words("what do 6 boxes of 12 eggs make"),
+            "what do 6 boxes of 12 eggs make (6 times 12)"
+        );
+        assert_eq!(
+            products_as_words("Each ticket is $35 and I need 7 of them. Total?"),
+            "Each ticket is $35 and I need 7 of them. Total? (35 times 7)"
+        );
+        assert_eq!(
+            products_as_words("if I save 50 a week for 52 weeks how much do I have"),
+            "if I save 50 a week for 52 weeks how much do I have (50 times 52)"
+        );
+        assert_eq!(
+            products_as_words("how much is 17 squared?"),
+            "how much is 17 squared? (17 times 17)"
+        );
+        assert_eq!(
+            arithmetic_as_words("I have 6 boxes with 24 apples each"),
+            "I have 6 boxes with 24 apples each (6 times 24)"
+        );
+        for plain in [
+            "if I share 96 cookies among 8 kids, how many does each get?",
+            "if a pizza costs 24 and 4 friends split it, how much each",
+            "a car going 60 km per hour for 3 hours",
+            "update the price of product 42 to 9.99",
+            "run a slow task that reports progress in 5 steps",
+            "sum of 1,250 and 3,780",
+            "give each of the files a name",
+        ] {
+            assert_eq!(products_as_words(plain), plain);
         }
     }
 
