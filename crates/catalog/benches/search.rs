@@ -456,6 +456,10 @@ fn main() {
         ranker.tool_vectors(shipped.tools());
     }
     let encoding = started.elapsed();
+    if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("timing") {
+        timing(&tools, &questions, &semantic, quick, encoding);
+        return;
+    }
     println!(
         "{:<18} {:>5} | {:>9} {:>6} {:>6} | {:>9} {:>6} {:>6} | {:>9} {:>6} {:>6}",
         "category",
@@ -659,6 +663,19 @@ fn main() {
         misses(&tools, &shipped, &questions, n, semantic.as_ref());
         return;
     }
+    timing(&tools, &questions, &semantic, quick, encoding);
+}
+
+/// How long building the index and one query take, with words alone and with meaning
+/// (`TETHER_BENCH_ONLY=timing` runs this part alone).
+fn timing(
+    tools: &[Tool],
+    questions: &[Question],
+    semantic: &Option<SemanticRanker>,
+    quick: bool,
+    encoding: std::time::Duration,
+) {
+    let shipped = snapshot(tools, Ranking::from_env());
     let rounds = if quick { 5 } else { 11 };
     let (mut builds, mut queries, mut indexes) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
@@ -667,7 +684,7 @@ fn main() {
         indexes.push(started.elapsed());
         // Interleaved: one build, then one pass over the questions, each round.
         let started = Instant::now();
-        let built = snapshot(&tools, Ranking::default());
+        let built = snapshot(tools, Ranking::default());
         builds.push(started.elapsed());
         let started = Instant::now();
         for question in questions.iter().take(200) {
@@ -687,7 +704,7 @@ fn main() {
         tools.len()
     );
     if let Some(ranker) = &semantic {
-        let with_meaning = snapshot_with(&tools, Ranking::default(), Some(ranker), &[]);
+        let with_meaning = snapshot_with(tools, Ranking::default(), Some(ranker), &[]);
         with_meaning.search("warm up", 5);
         let mut samples = Vec::new();
         for _ in 0..rounds {
