@@ -718,6 +718,29 @@ fn timing(
         println!(
             "one query with semantic ranking (encoding the query, then fusing): median {q:.3} ms (min {q_min:.3}, max {q_max:.3})"
         );
+        // The encoding alone, on the same questions: what the fusion adds is the difference.
+        if let Ok(encoder) = SentenceEncoder::load(&test_support::encoder_dir()) {
+            let mut samples = Vec::new();
+            for _ in 0..rounds {
+                let started = Instant::now();
+                for question in questions.iter().take(50) {
+                    std::hint::black_box(encoder.embed(&question.text));
+                }
+                samples.push(started.elapsed() / 50);
+            }
+            let mut tokens: Vec<usize> = questions
+                .iter()
+                .take(50)
+                .map(|q| encoder.tokenize(&q.text).len())
+                .collect();
+            tokens.sort_unstable();
+            let (e, e_min, e_max) = median_spread(samples);
+            println!(
+                "  of which encoding the query: median {e:.3} ms (min {e_min:.3}, max {e_max:.3}), {} tokens median, {} at most",
+                tokens[tokens.len() / 2],
+                tokens[tokens.len() - 1]
+            );
+        }
         println!(
             "encoding the {} tools for semantic ranking: {:.1} s on {} threads ({})",
             tools.len(),
