@@ -111,6 +111,48 @@ pub(crate) fn facts_as_kind(query: &str) -> Cow<'_, str> {
     }
 }
 
+/// Words that, a few words after "you", ask about what the assistant keeps: "what have you got
+/// stored about my allergies?", "who do you have on file …", "update what you know about her".
+const KEPT_BY_YOU: &[&str] = &[
+    "stored",
+    "recorded",
+    "noted",
+    "kept",
+    "remember",
+    "remembered",
+    "recall",
+    "memorized",
+    "memorised",
+];
+
+/// `query` with " (what you remember)" after it when it asks about what the assistant keeps
+/// ("what you know about her", "who do you have on file", "what have you got stored about
+/// …"): the person speaks of the assistant's memory, and the words they use for it (know,
+/// file, stored) would rank knowledge bases, files and storage. The query's own text
+/// otherwise, and when it names a file or an address, which is where such a question looks.
+pub(crate) fn kept_by_you_as_words(query: &str) -> Cow<'_, str> {
+    let words: Vec<String> = query.split_whitespace().map(bare).collect();
+    let about_you = words.iter().enumerate().any(|(i, word)| {
+        if !matches!(word.as_str(), "you" | "you've" | "you'd") {
+            return false;
+        }
+        let after = &words[i + 1..words.len().min(i + 5)];
+        let knows_about = after
+            .iter()
+            .position(|w| w == "know" || w == "knows")
+            .is_some_and(|at| after[at + 1..].iter().take(2).any(|w| w == "about"));
+        let on_file = after
+            .windows(2)
+            .any(|pair| pair[0] == "on" && pair[1] == "file");
+        knows_about || on_file || after.iter().any(|w| KEPT_BY_YOU.contains(&w.as_str()))
+    });
+    if about_you && crate::values::kinds_named(query).is_empty() {
+        Cow::Owned(format!("{query} (what you remember)"))
+    } else {
+        Cow::Borrowed(query)
+    }
+}
+
 /// `token` lower-cased, without the punctuation around it.
 fn bare(token: &str) -> String {
     token
@@ -223,6 +265,30 @@ mod tests {
             facts_as_kind("please remember: my sister is called Julia"),
             "please remember: a fact"
         );
+    }
+
+    #[test]
+    fn a_question_about_what_you_keep_is_about_memory() {
+        for query in [
+            "what have you got stored about my allergies?",
+            "who do you have on file that works at Google?",
+            "Carol moved to Berlin, update what you know about her",
+            "do you know anything about Project Apollo?",
+            "what do you remember about Bob",
+        ] {
+            assert_eq!(
+                kept_by_you_as_words(query),
+                format!("{query} (what you remember)")
+            );
+        }
+        for query in [
+            "do you know what time it is in Tokyo",
+            "can you list the files you stored in ~/notes/",
+            "store this in a file",
+            "you should know the weather",
+        ] {
+            assert_eq!(kept_by_you_as_words(query), query);
+        }
     }
 
     #[test]

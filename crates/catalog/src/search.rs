@@ -303,6 +303,7 @@ impl SearchIndex {
         let mut stems: Vec<String> = Vec::new();
         // Exact names are looked for in the query as written (below).
         let facts = crate::facts::facts_as_kind(query);
+        let facts = crate::facts::kept_by_you_as_words(&facts);
         let spoken = crate::values::arithmetic_as_words(&facts);
         let spoken = crate::values::phrasal_verbs_as_words(&spoken).into_owned();
         let words = if self.ranking.analyse {
