@@ -146,11 +146,21 @@ pub(crate) fn kept_by_you_as_words(query: &str) -> Cow<'_, str> {
             .any(|pair| pair[0] == "on" && pair[1] == "file");
         knows_about || on_file || after.iter().any(|w| KEPT_BY_YOU.contains(&w.as_str()))
     });
-    if about_you && crate::values::kinds_named(query).is_empty() {
-        Cow::Owned(format!("{query} (what you remember)"))
-    } else {
-        Cow::Borrowed(query)
+    if !about_you || !crate::values::kinds_named(query).is_empty() {
+        return Cow::Borrowed(query);
     }
+    // "On file" is the idiom for a record kept, not a file to open.
+    let tokens: Vec<&str> = query.split_whitespace().collect();
+    let mut out: Vec<String> = Vec::with_capacity(tokens.len() + 3);
+    for (i, token) in tokens.iter().enumerate() {
+        if bare(token) == "file" && i > 0 && bare(tokens[i - 1]) == "on" {
+            let word = token.trim_end_matches(|c: char| !c.is_alphanumeric());
+            out.push(format!("record{}", &token[word.len()..]));
+        } else {
+            out.push((*token).to_string());
+        }
+    }
+    Cow::Owned(format!("{} (what you remember)", out.join(" ")))
 }
 
 /// `token` lower-cased, without the punctuation around it.
@@ -269,9 +279,16 @@ mod tests {
 
     #[test]
     fn a_question_about_what_you_keep_is_about_memory() {
+        assert_eq!(
+            kept_by_you_as_words("who do you have on file that works at Google?"),
+            "who do you have on record that works at Google? (what you remember)"
+        );
+        assert_eq!(
+            kept_by_you_as_words("anyone you have on file?"),
+            "anyone you have on record? (what you remember)"
+        );
         for query in [
             "what have you got stored about my allergies?",
-            "who do you have on file that works at Google?",
             "Carol moved to Berlin, update what you know about her",
             "do you know anything about Project Apollo?",
             "what do you remember about Bob",

@@ -543,6 +543,7 @@ const EVERYDAY_WORDS: &[(&str, &[&str])] = &[
     ("money", &["currency"]),
     ("histori", &["log"]),
     ("column", &["schema"]),
+    ("row", &["insert", "select"]),
     ("db", &["database"]),
     ("where", &["search", "find"]),
     ("locat", &["search", "find"]),
