@@ -56,15 +56,37 @@ pub(crate) fn facts_as_kind(query: &str) -> Cow<'_, str> {
             continue;
         }
         if bare(token) == "that" && keeping_before(&tokens, i) {
-            let closes = ends_sentence(token) || i + 1 == tokens.len();
-            if closes {
-                // "…, record that": the fact is the clause before the verb.
-                if let Some(start) = fact_before(&tokens, i) {
-                    // The sentence's tokens so far are the last `i - start` of `out`: a
-                    // change ends at a sentence's end.
-                    out.truncate(out.len().saturating_sub(i - start));
-                    out.extend(tokens[verb_at(&tokens, i)..i].iter().map(|t| t.to_string()));
-                    out.push("a".into());
+            // "keep that in mind.", "jot that down": particles may close the sentence.
+            let mut end = i + 1;
+            while end < tokens.len()
+                && !ends_sentence(tokens[end - 1])
+                && PARTICLES.contains(&bare(tokens[end]).as_str())
+            {
+                end += 1;
+            }
+            let closes = ends_sentence(tokens[end - 1]) || end == tokens.len();
+            // "…, record that": the fact is the clause before the verb; "Tom is a dentist.
+            // Please keep that in mind.": the sentence before, when nothing but asking comes
+            // before the verb (only while nothing was changed yet, so `out` is the tokens so
+            // far).
+            // Particles close it only after a sentence of its own: "Alice works with Carol,
+            // note that down" kept its words, which name a relation, and was found by them.
+            let before = if end > i + 1 {
+                None
+            } else {
+                fact_before(&tokens, i).map(|start| (start, verb_at(&tokens, i)))
+            }
+            .or_else(|| (!changed).then(|| sentence_before(&tokens, i)).flatten());
+            if let (true, Some((start, keep_from))) = (closes, before) {
+                // The tokens from `start` are the last `i - start` of `out`: a change ends at
+                // a sentence's end.
+                out.truncate(out.len().saturating_sub(i - start));
+                out.extend(tokens[keep_from..i].iter().map(|t| t.to_string()));
+                out.push("a".into());
+                if end > i + 1 {
+                    out.push("fact".into());
+                    out.extend(tokens[i + 1..end].iter().map(|t| t.to_string()));
+                } else {
                     out.push(
                         if ends_sentence(token) {
                             "fact."
@@ -73,10 +95,13 @@ pub(crate) fn facts_as_kind(query: &str) -> Cow<'_, str> {
                         }
                         .into(),
                     );
-                    changed = true;
-                    i += 1;
-                    continue;
                 }
+                changed = true;
+                i = end;
+                continue;
+            }
+            if closes {
+                // A closing "that" with no fact before it: the words as they are.
             } else if tokens.get(i + 1).is_some_and(|next| opens_clause(next)) {
                 // "remember that the key is under the mat": the fact runs to the sentence's end.
                 let mut end = i + 1;
@@ -230,6 +255,35 @@ fn fact_before(tokens: &[&str], at: usize) -> Option<usize> {
     (before_verb.ends_with(',') && verb - start >= 2).then_some(start)
 }
 
+/// Words that may stand before a keeping verb in a sentence that only asks ("Please keep
+/// that in mind", "Can you note that?").
+const ASKING: &[&str] = &[
+    "please", "can", "could", "would", "will", "you", "and", "so", "also",
+];
+
+/// Where the sentence before the one whose keeping verb precedes the "that" at `at` starts,
+/// and where the verb's own sentence does, when that sentence holds nothing but asking before
+/// the verb and the one before is a clause of two words or more.
+fn sentence_before(tokens: &[&str], at: usize) -> Option<(usize, usize)> {
+    let verb = verb_at(tokens, at);
+    let mut own = verb;
+    while own > 0 && !ends_sentence(tokens[own - 1]) {
+        own -= 1;
+    }
+    if own == 0
+        || !tokens[own..verb]
+            .iter()
+            .all(|t| ASKING.contains(&bare(t).as_str()))
+    {
+        return None;
+    }
+    let mut start = own - 1;
+    while start > 0 && !ends_sentence(tokens[start - 1]) {
+        start -= 1;
+    }
+    (own - start >= 2).then_some((start, own))
+}
+
 fn opens_clause(token: &str) -> bool {
     let word = bare(token);
     CLAUSE_OPENERS.contains(&word.as_str())
@@ -275,6 +329,14 @@ mod tests {
             facts_as_kind("please remember: my sister is called Julia"),
             "please remember: a fact"
         );
+        assert_eq!(
+            facts_as_kind("My brother Tom is a dentist. Please keep that in mind."),
+            "Please keep a fact in mind."
+        );
+        assert_eq!(
+            facts_as_kind("Bob likes tea. Remember that."),
+            "Remember a fact."
+        );
     }
 
     #[test]
@@ -315,6 +377,9 @@ mod tests {
             "check that the server is up",
             "find the files that mention Carol",
             "Please record that",
+            "Please record that in mind",
+            "Alice works with Carol, note that down",
+            "The build failed. Check that in the logs.",
             "delete that",
             "what is that",
             "Summary: the build failed",

@@ -305,6 +305,7 @@ impl SearchIndex {
         let facts = crate::facts::facts_as_kind(query);
         let facts = crate::facts::kept_by_you_as_words(&facts);
         let spoken = crate::values::arithmetic_as_words(&facts);
+        let spoken = crate::values::table_rows_as_words(&spoken);
         let spoken = crate::values::phrasal_verbs_as_words(&spoken).into_owned();
         let words = if self.ranking.analyse {
             crate::values::without_values(&spoken)
@@ -528,6 +529,7 @@ const EVERYDAY_WORDS: &[(&str, &[&str])] = &[
     ("forget", &["delete", "memory"]),
     ("eras", &["delete"]),
     ("renam", &["move"]),
+    ("repeat", &["echo"]),
     ("bump", &["increase", "update"]),
     ("make", &["create"]),
     ("today", &["current", "date"]),

@@ -263,8 +263,10 @@ impl SemanticRanker {
         }
         let encoded = self
             .encoder
-            .encode(&values::values_as_kinds(&values::arithmetic_as_words(
-                &crate::facts::kept_by_you_as_words(&crate::facts::facts_as_kind(query)),
+            .encode(&values::values_as_kinds(&values::table_rows_as_words(
+                &values::arithmetic_as_words(&crate::facts::kept_by_you_as_words(
+                    &crate::facts::facts_as_kind(query),
+                )),
             )));
         let dense: Vec<f64> = vectors
             .iter()

@@ -192,6 +192,50 @@ fn amount(token: &str) -> Option<&str> {
     is_number(token).then_some(token)
 }
 
+/// `query` with the kind of SQL statement it asks for said outright when it works on the rows
+/// of a table it names ("from the sales table", "to the customers table"): " (an INSERT
+/// query)" after adding, " (a DELETE query)" after deleting or removing, " (an UPDATE query)"
+/// after changing, and " (a SELECT query)" otherwise. People name the table and the rows;
+/// database tools name the statements, and without them the tools with "table" in their name
+/// (create, list, describe) rank above the one that runs the statement. A table named only to
+/// be described ("the columns of the orders table") or listed is left as it is, as is any
+/// query that names no table.
+pub(crate) fn table_rows_as_words(query: &str) -> std::borrow::Cow<'_, str> {
+    let words: Vec<String> = query
+        .split_whitespace()
+        .map(|t| {
+            t.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect();
+    let rows_of_a_table = words.iter().enumerate().any(|(t, word)| {
+        word == "table"
+            && t >= 3
+            && matches!(
+                words[t - 2].as_str(),
+                "the" | "my" | "our" | "this" | "that"
+            )
+            && matches!(words[t - 3].as_str(), "from" | "to" | "in" | "into")
+    });
+    if !rows_of_a_table {
+        return std::borrow::Cow::Borrowed(query);
+    }
+    let said = |verbs: &[&str]| words.iter().any(|w| verbs.contains(&w.as_str()));
+    let statement = if said(&["add", "insert", "put", "append"]) {
+        "an INSERT"
+    } else if said(&["delete", "remove", "erase", "wipe"]) {
+        "a DELETE"
+    } else if said(&[
+        "update", "change", "set", "bump", "raise", "increase", "lower", "decrease", "rename",
+        "edit", "correct", "fix",
+    ]) {
+        "an UPDATE"
+    } else {
+        "a SELECT"
+    };
+    std::borrow::Cow::Owned(format!("{query} ({statement} query)"))
+}
+
 /// `query` with "look for" and "look up" (in any tense) as "search for": a person looks for what
 /// tools search and find, while "look" alone, or "look at", asks to see something
 /// (`EVERYDAY_WORDS` reads it as read). The query's own text when it has no such phrase.
@@ -488,6 +532,34 @@ mod tests {
             "give each of the files a name",
         ] {
             assert_eq!(products_as_words(plain), plain);
+        }
+    }
+
+    #[test]
+    fn the_rows_of_a_named_table_ask_for_a_statement() {
+        assert_eq!(
+            table_rows_as_words("delete customer 17 from the customers table"),
+            "delete customer 17 from the customers table (a DELETE query)"
+        );
+        assert_eq!(
+            table_rows_as_words("add a customer named Ana to the customers table"),
+            "add a customer named Ana to the customers table (an INSERT query)"
+        );
+        assert_eq!(
+            table_rows_as_words("bump every price by 10% in the products table"),
+            "bump every price by 10% in the products table (an UPDATE query)"
+        );
+        assert_eq!(
+            table_rows_as_words("top 5 products by revenue from the sales table"),
+            "top 5 products by revenue from the sales table (a SELECT query)"
+        );
+        for plain in [
+            "what's the structure of the orders table",
+            "list every table in the database",
+            "make a table called invoices",
+            "put the lamp on the table",
+        ] {
+            assert_eq!(table_rows_as_words(plain), plain);
         }
     }
 
