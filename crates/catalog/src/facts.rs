@@ -188,6 +188,27 @@ pub(crate) fn kept_by_you_as_words(query: &str) -> Cow<'_, str> {
     Cow::Owned(format!("{} (what you remember)", out.join(" ")))
 }
 
+/// `query` with " (forget a fact)" after it when it says something is true no longer ("Tom
+/// doesn't like cycling any more", "Dave is no longer Emma's boss", "they are not siblings after
+/// all"): a retraction asks to drop what was kept, whatever its words are about. The query's
+/// own text otherwise, and when it names a file or an address.
+pub(crate) fn retracted_as_words(query: &str) -> Cow<'_, str> {
+    let words: Vec<String> = query.split_whitespace().map(bare).collect();
+    let pair = |a: &str, b: &str| words.windows(2).any(|w| w[0] == a && w[1] == b);
+    // "any more" and "after all" retract only after a "not" ("is there any more coffee").
+    let negated = words.iter().any(|w| w == "not" || w.ends_with("n't"));
+    let retracts = pair("no", "longer")
+        || (negated
+            && (pair("any", "more")
+                || pair("after", "all")
+                || words.iter().any(|w| w == "anymore")));
+    if retracts && crate::values::kinds_named(query).is_empty() {
+        Cow::Owned(format!("{query} (forget a fact)"))
+    } else {
+        Cow::Borrowed(query)
+    }
+}
+
 /// `token` lower-cased, without the punctuation around it.
 fn bare(token: &str) -> String {
     token
@@ -367,6 +388,28 @@ mod tests {
             "you should know the weather",
         ] {
             assert_eq!(kept_by_you_as_words(query), query);
+        }
+    }
+
+    #[test]
+    fn a_fact_true_no_longer_asks_to_forget_it() {
+        for query in [
+            "Tom doesn't like cycling any more, update his profile",
+            "Dave is no longer Emma's boss",
+            "Anna and Mark are not siblings after all",
+            "I don't live in Paris anymore",
+        ] {
+            assert_eq!(
+                retracted_as_words(query),
+                format!("{query} (forget a fact)")
+            );
+        }
+        for query in [
+            "is there any more coffee",
+            "after all that, list the files",
+            "notes.txt is no longer needed",
+        ] {
+            assert_eq!(retracted_as_words(query), query);
         }
     }
 

@@ -304,6 +304,7 @@ impl SearchIndex {
         // Exact names are looked for in the query as written (below).
         let facts = crate::facts::facts_as_kind(query);
         let facts = crate::facts::kept_by_you_as_words(&facts);
+        let facts = crate::facts::retracted_as_words(&facts);
         let spoken = crate::values::arithmetic_as_words(&facts);
         let spoken = crate::values::table_rows_as_words(&spoken);
         let spoken = crate::values::phrasal_verbs_as_words(&spoken).into_owned();

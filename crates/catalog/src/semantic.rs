@@ -264,8 +264,8 @@ impl SemanticRanker {
         let encoded = self
             .encoder
             .encode(&values::values_as_kinds(&values::table_rows_as_words(
-                &values::arithmetic_as_words(&crate::facts::kept_by_you_as_words(
-                    &crate::facts::facts_as_kind(query),
+                &values::arithmetic_as_words(&crate::facts::retracted_as_words(
+                    &crate::facts::kept_by_you_as_words(&crate::facts::facts_as_kind(query)),
                 )),
             )));
         let dense: Vec<f64> = vectors
