@@ -302,12 +302,8 @@ impl SearchIndex {
         let mut everyday: Vec<&str> = Vec::new();
         let mut stems: Vec<String> = Vec::new();
         // Exact names are looked for in the query as written (below).
-        let facts = crate::facts::facts_as_kind(query);
-        let facts = crate::facts::kept_by_you_as_words(&facts);
-        let facts = crate::facts::retracted_as_words(&facts);
-        let spoken = crate::values::arithmetic_as_words(&facts);
-        let spoken = crate::values::table_rows_as_words(&spoken);
-        let spoken = crate::values::phrasal_verbs_as_words(&spoken).into_owned();
+        let read = request_readings(query);
+        let spoken = crate::values::phrasal_verbs_as_words(&read).into_owned();
         let words = if self.ranking.analyse {
             crate::values::without_values(&spoken)
         } else {
@@ -648,6 +644,17 @@ pub fn split_identifiers(text: &str) -> Vec<String> {
     let mut words = Vec::new();
     each_word(text, |word| words.push(word.to_lowercase()));
     words
+}
+
+/// `query` as both rankings read it: a fact it reports as "a fact", what it asks the assistant
+/// about what it keeps, a fact true no longer, a word problem's product and a named table's
+/// rows said outright (`facts`, `values`). Each ranking then reads values its own way.
+pub(crate) fn request_readings(query: &str) -> String {
+    let facts = crate::facts::facts_as_kind(query);
+    let facts = crate::facts::kept_by_you_as_words(&facts);
+    let facts = crate::facts::retracted_as_words(&facts);
+    let spoken = crate::values::arithmetic_as_words(&facts);
+    crate::values::table_rows_as_words(&spoken).into_owned()
 }
 
 /// The lower-cased words of `text` as written, split at every character that is not a letter

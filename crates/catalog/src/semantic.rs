@@ -261,13 +261,11 @@ impl SemanticRanker {
         if n == 0 {
             return lexical.hits;
         }
-        let encoded = self
-            .encoder
-            .encode(&values::values_as_kinds(&values::table_rows_as_words(
-                &values::arithmetic_as_words(&crate::facts::retracted_as_words(
-                    &crate::facts::kept_by_you_as_words(&crate::facts::facts_as_kind(query)),
-                )),
-            )));
+        let encoded =
+            self.encoder
+                .encode(&values::values_as_kinds(&crate::search::request_readings(
+                    query,
+                )));
         let dense: Vec<f64> = vectors
             .iter()
             .map(|v| {

@@ -117,13 +117,7 @@ pub(crate) fn arithmetic_as_words(query: &str) -> std::borrow::Cow<'_, str> {
 /// its domain, not a product. The query's own text when it describes no product.
 pub(crate) fn products_as_words(query: &str) -> std::borrow::Cow<'_, str> {
     let tokens: Vec<&str> = query.split_whitespace().collect();
-    let words: Vec<String> = tokens
-        .iter()
-        .map(|t| {
-            t.trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase()
-        })
-        .collect();
+    let words = token_words(query);
     if words
         .iter()
         .any(|w| SHARING.iter().any(|s| w.starts_with(s)))
@@ -174,6 +168,18 @@ pub(crate) fn products_as_words(query: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// Each whitespace-separated token of `query` lower-cased without the punctuation around it,
+/// one per token, so a word's index is its token's.
+fn token_words(query: &str) -> Vec<String> {
+    query
+        .split_whitespace()
+        .map(|t| {
+            t.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect()
+}
+
 /// Word beginnings that make a word problem's "each" a share rather than a product.
 const SHARING: &[&str] = &[
     "split", "share", "divid", "between", "among", "evenly", "equally", "average",
@@ -201,13 +207,7 @@ fn amount(token: &str) -> Option<&str> {
 /// be described ("the columns of the orders table") or listed is left as it is, as is any
 /// query that names no table.
 pub(crate) fn table_rows_as_words(query: &str) -> std::borrow::Cow<'_, str> {
-    let words: Vec<String> = query
-        .split_whitespace()
-        .map(|t| {
-            t.trim_matches(|c: char| !c.is_alphanumeric())
-                .to_lowercase()
-        })
-        .collect();
+    let words = token_words(query);
     let rows_of_a_table = words.iter().enumerate().any(|(t, word)| {
         word == "table"
             && t >= 3
