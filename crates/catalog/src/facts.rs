@@ -100,9 +100,8 @@ pub(crate) fn facts_as_kind(query: &str) -> Cow<'_, str> {
                 i = end;
                 continue;
             }
-            if closes {
-                // A closing "that" with no fact before it: the words as they are.
-            } else if tokens.get(i + 1).is_some_and(|next| opens_clause(next)) {
+            // A closing "that" with no fact before it keeps the words as they are.
+            if !closes && tokens.get(i + 1).is_some_and(|next| opens_clause(next)) {
                 // "remember that the key is under the mat": the fact runs to the sentence's end.
                 let mut end = i + 1;
                 while end < tokens.len() && !ends_sentence(tokens[end - 1]) {
