@@ -121,6 +121,9 @@ impl TextEncoder for MiniLm {
     fn model(&self) -> &str {
         tether_encoder::MODEL
     }
+    fn sketch(&self, text: &str) -> Option<Vec<f32>> {
+        Some(self.0.sketch(text))
+    }
 }
 
 /// The semantic ranker over the encoder `tether model pull` caches, its tool vectors cached

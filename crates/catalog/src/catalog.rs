@@ -17,6 +17,7 @@ use crate::pins::{PinBook, PinReport};
 use crate::routing::Routing;
 use crate::search::{Hit, Ranking, SearchIndex};
 use crate::semantic::{SemanticRanker, ToolVectors};
+use crate::shortlist::{self, SHORTLIST_ABOVE, Sketches};
 
 /// One server's tools as last listed.
 #[derive(Debug, Clone)]
@@ -27,6 +28,16 @@ pub struct ServerTools {
     pub tools: Vec<Tool>,
     /// `"alwaysLoad"`: offered in every mode.
     pub always_load: bool,
+}
+
+/// What a snapshot's semantic ranking makes on its first search and keeps.
+#[derive(Debug, Default)]
+struct MadeOnSearch {
+    /// Every tool's vector, with the routing facts worked out from them.
+    vectors: OnceLock<(ToolVectors, Routing)>,
+    /// Or, for a catalogue over [`SHORTLIST_ABOVE`] tools, every tool's sketch (`None`
+    /// inside: the encoder makes none).
+    sketches: OnceLock<Option<Sketches>>,
 }
 
 /// An immutable view of every tool: qualified names, definitions as a model sees them, and
@@ -42,7 +53,7 @@ pub struct Snapshot {
     index: SearchIndex,
     /// Semantic ranking, when the catalogue has an encoder, and the tool vectors it made on
     /// the first search that needed them, with the routing facts worked out from them.
-    semantic: Option<(SemanticRanker, OnceLock<(ToolVectors, Routing)>)>,
+    semantic: Option<(SemanticRanker, MadeOnSearch)>,
 }
 
 impl Snapshot {
@@ -101,7 +112,7 @@ impl Snapshot {
 
     /// This snapshot with semantic ranking beside BM25 (tool vectors made on first search).
     pub fn with_semantic(mut self, ranker: Option<SemanticRanker>) -> Snapshot {
-        self.semantic = ranker.map(|r| (r, OnceLock::new()));
+        self.semantic = ranker.map(|r| (r, MadeOnSearch::default()));
         self
     }
 
@@ -208,7 +219,20 @@ impl Snapshot {
     /// The ranking, and whether it fused words and meaning.
     fn ranked(&self, query: &str, limit: usize) -> (Vec<Hit>, bool) {
         match &self.semantic {
-            Some((ranker, vectors)) if !query.trim().starts_with("select:") => {
+            Some((ranker, MadeOnSearch { vectors, sketches }))
+                if !query.trim().starts_with("select:") =>
+            {
+                if self.tools().len() > SHORTLIST_ABOVE
+                    && let Some(sketches) = sketches
+                        .get_or_init(|| Sketches::new(ranker, self.tools()))
+                        .as_ref()
+                {
+                    let lexical = self.index.lexical(query, usize::MAX);
+                    return (
+                        shortlist::rank(ranker, sketches, self.tools(), query, lexical, limit),
+                        true,
+                    );
+                }
                 // Until every tool has its vector (within the ranker's budget), by words alone.
                 let (vectors, routing) = match vectors.get() {
                     Some(made) => made,

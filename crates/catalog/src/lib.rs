@@ -16,6 +16,7 @@ pub mod routing;
 pub mod search;
 pub mod selection;
 pub mod semantic;
+pub mod shortlist;
 mod values;
 
 pub use catalog::{

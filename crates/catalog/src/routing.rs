@@ -154,7 +154,30 @@ impl Routing {
     /// the query's similarity to each tool, over the server's tools, divided by the mean
     /// vector's length): a big server of unrelated tools is not pushed down for being diverse.
     pub fn nudges(&self, query: &str, dense: &[f64]) -> Vec<f64> {
-        let mut nudge = vec![0.0; dense.len()];
+        let servers = self.centroid_lengths.len();
+        let closeness: Option<Vec<f64>> =
+            (servers >= MIN_SERVERS && dense.len() == self.server_of.len()).then(|| {
+                let mut sums = vec![(0.0, 0usize); servers];
+                for (server, similarity) in self.server_of.iter().zip(dense) {
+                    if let Some((sum, n)) = sums.get_mut(*server) {
+                        *sum += similarity;
+                        *n += 1;
+                    }
+                }
+                sums.iter()
+                    .zip(&self.centroid_lengths)
+                    .map(|((sum, n), length)| sum / (*n).max(1) as f64 / length.max(1e-6))
+                    .collect()
+            });
+        self.nudges_by(query, closeness.as_deref())
+    }
+
+    /// [`Routing::nudges`] with each server's closeness to the query given: its tools' mean
+    /// cosine over their centroid's length, which is the cosine of the query to the
+    /// centroid (`shortlist` works it out from a sample of each server's tools). `None`: no
+    /// server is lifted for its closeness.
+    pub(crate) fn nudges_by(&self, query: &str, closeness: Option<&[f64]>) -> Vec<f64> {
+        let mut nudge = vec![0.0; self.server_of.len()];
         let named = kinds_named(query);
         if !named.is_empty() {
             for (slot, takes) in nudge.iter_mut().zip(&self.takes) {
@@ -174,37 +197,26 @@ impl Routing {
                 *slot += SERVER_NAMED_BONUS;
             }
         }
-        let servers = self.centroid_lengths.len();
-        if servers < MIN_SERVERS || dense.len() != self.server_of.len() {
+        let Some(closeness) = closeness.filter(|c| c.len() >= MIN_SERVERS) else {
             return nudge;
-        }
-        let mut sums = vec![(0.0, 0usize); servers];
-        for (server, similarity) in self.server_of.iter().zip(dense) {
-            if let Some((sum, n)) = sums.get_mut(*server) {
-                *sum += similarity;
-                *n += 1;
-            }
-        }
-        let closeness: Vec<f64> = sums
-            .iter()
-            .zip(&self.centroid_lengths)
-            .map(|((sum, n), length)| sum / (*n).max(1) as f64 / length.max(1e-6))
-            .collect();
-        let z = z_scores(&closeness);
+        };
+        let z = z_scores(closeness);
         for (slot, server) in nudge.iter_mut().zip(&self.server_of) {
             *slot += SERVER_WEIGHT * z.get(*server).copied().unwrap_or(0.0);
         }
         nudge
     }
 
-    /// `hits` (best first, as fused) with room made in the first [`FIRST_PLACES`]: the server
-    /// holding most of the catalogue's tools, once it holds [`ONE_SERVER_AT_MOST`] of them,
-    /// gives its next tools' places to the best tools of other servers scoring within
-    /// [`ROOM_MARGIN`] of the fifth, and they follow right after. Only that server: its
-    /// incidental matches are what hide the others, while a small server holding the first
-    /// places among a few dozen tools holds them on its merits. Exact hits (a tool named
-    /// outright) keep their places. A ranking with no such server, or where no other server
-    /// comes close, is unchanged.
+    /// Each tool's server, as an index into the servers in order of first appearance.
+    pub(crate) fn server_of(&self) -> &[usize] {
+        &self.server_of
+    }
+
+    /// How many servers the tools come from.
+    pub(crate) fn servers(&self) -> usize {
+        self.centroid_lengths.len()
+    }
+
     pub(crate) fn make_room(&self, hits: Vec<Hit>) -> Vec<Hit> {
         let (Some(most), Some(fifth)) = (self.most, hits.get(FIRST_PLACES - 1).map(|h| h.score))
         else {

@@ -30,7 +30,7 @@ use crate::values;
 /// 1.5 raises recall@1 and MRR on all of them and recall@5 on all but BFCL's
 /// parallel_multiple (0.660 → 0.625, where every one of several functions must be in the top
 /// five) against 1.0; 2 and 3 add little on ToolE and lose more elsewhere (docs/decisions.md).
-const SEMANTIC_WEIGHT: f64 = 1.5;
+pub(crate) const SEMANTIC_WEIGHT: f64 = 1.5;
 
 /// What BM25's z-score may reach, times the share of the query's most telling words a tool
 /// matches ([`Lexical::ceiling`]). Among thousands of tools few match any one word, so the
@@ -64,10 +64,21 @@ pub trait TextEncoder: Send + Sync {
     }
     /// Names the model, so that a cache never serves one model's vectors to another.
     fn model(&self) -> &str;
+    /// A cheap, rough vector for `text`, compared only with other sketches: what picks the
+    /// tools of a big catalogue worth encoding for a query (`shortlist`). `None`: this
+    /// encoder makes none, and every tool is encoded.
+    fn sketch(&self, _text: &str) -> Option<Vec<f32>> {
+        None
+    }
 }
 
 /// Cache key: SHA-256 of the encoded text.
-type Key = [u8; 32];
+pub(crate) type Key = [u8; 32];
+
+/// The cache key of a tool's vector: the SHA-256 of its [`tool_text`].
+pub(crate) fn key_of(tool: &QualifiedTool) -> Key {
+    Sha256::digest(tool_text(tool)).into()
+}
 
 /// One vector per tool, in snapshot order.
 pub type ToolVectors = Vec<Arc<[f32]>>;
@@ -190,16 +201,24 @@ impl SemanticRanker {
         }
     }
 
-    /// Encodes `missing` on every core, a batch of [`BATCH`] texts at a time, adding each
-    /// batch's vectors as they are made and saving every [`SAVE_EVERY`] and at the end; then
-    /// marks `job` done.
+    /// Encodes `missing` on every core (see [`SemanticRanker::encode_now`]), saving as it goes
+    /// and at the end; then marks `job` done.
     fn encode_in_background(&self, missing: Vec<(Key, String)>, job: &Job) {
+        self.encode_now(&missing);
+        *self.job.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *job.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        job.finished.notify_all();
+    }
+
+    /// Encodes `missing` on every core, a batch of [`BATCH`] texts at a time, adding each
+    /// batch's vectors as they are made and saving every [`SAVE_EVERY`] and at the end.
+    fn encode_now(&self, missing: &[(Key, String)]) {
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         let next = AtomicUsize::new(0);
         let saved = Mutex::new(Instant::now());
         std::thread::scope(|scope| {
             for _ in 0..workers.min(missing.len().div_ceil(BATCH)) {
-                let (saved, next, missing) = (&saved, &next, &missing);
+                let (saved, next) = (&saved, &next);
                 scope.spawn(move || {
                     loop {
                         let start = next.fetch_add(BATCH, Ordering::Relaxed);
@@ -235,12 +254,54 @@ impl SemanticRanker {
                 });
             }
         });
-        if let Some(file) = &self.file {
+        if !missing.is_empty()
+            && let Some(file) = &self.file
+        {
             let _ = write_cache(file, &self.lock());
         }
-        *self.job.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        *job.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        job.finished.notify_all();
+    }
+
+    /// The vector of each of `tools` (their [`key_of`] with the tool), in order: cached ones
+    /// looked up, the rest encoded now on every core and saved (the few a shortlist needs:
+    /// no budget, no background).
+    pub(crate) fn vectors_of(&self, tools: &[(Key, &QualifiedTool)]) -> Vec<Arc<[f32]>> {
+        let missing: Vec<(Key, String)> = {
+            let known = self.lock();
+            let mut missing: Vec<(Key, String)> = tools
+                .iter()
+                .filter(|(k, _)| !known.contains_key(k))
+                .map(|(k, tool)| (*k, tool_text(tool)))
+                .collect();
+            missing.sort_unstable_by_key(|m| m.0);
+            missing.dedup_by(|a, b| a.0 == b.0);
+            missing
+        };
+        self.encode_now(&missing);
+        let known = self.lock();
+        tools
+            .iter()
+            .map(|(k, _)| {
+                known
+                    .get(k)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from(Vec::new()))
+            })
+            .collect()
+    }
+
+    /// The sketch of `text` ([`TextEncoder::sketch`]), if the encoder makes them.
+    pub(crate) fn sketch(&self, text: &str) -> Option<Vec<f32>> {
+        self.encoder.sketch(text)
+    }
+
+    /// The query as the encoder reads it: the request's readings, values named by kind.
+    pub(crate) fn query_text(query: &str) -> String {
+        values::values_as_kinds(&crate::search::request_readings(query)).into_owned()
+    }
+
+    /// The encoding of `text`, a query's ([`SemanticRanker::query_text`]).
+    pub(crate) fn encode_query(&self, text: &str) -> Vec<f32> {
+        self.encoder.encode(text)
     }
 
     /// Re-ranks: BM25's `lexical` hits (every matching tool, exact names flagged) fused with
@@ -261,37 +322,12 @@ impl SemanticRanker {
         if n == 0 {
             return lexical.hits;
         }
-        let encoded =
-            self.encoder
-                .encode(&values::values_as_kinds(&crate::search::request_readings(
-                    query,
-                )));
-        let dense: Vec<f64> = vectors
-            .iter()
-            .map(|v| {
-                v.iter()
-                    .zip(&encoded)
-                    .map(|(a, b)| f64::from(a * b))
-                    .sum::<f64>()
-            })
-            .collect();
-        let mut bm25 = vec![0.0; n];
-        let mut exact = Vec::new();
-        for hit in &lexical.hits {
-            if hit.exact {
-                exact.push(hit.clone());
-            } else if let Some(slot) = bm25.get_mut(hit.index) {
-                *slot = hit.score;
-            }
-        }
-        let (mut z_bm25, z_dense) = (z_scores(&bm25), z_scores(&dense));
-        if lexical.ceiling > 0.0 {
-            for (z, score) in z_bm25.iter_mut().zip(&bm25) {
-                *z = z.min(MATCHED_SHARE_WEIGHT * score / lexical.ceiling);
-            }
-        }
+        let encoded = self.encode_query(&Self::query_text(query));
+        let dense: Vec<f64> = vectors.iter().map(|v| cosine(v, &encoded)).collect();
+        let (z_bm25, exact) = lexical_z(&lexical, n);
+        let z_dense = z_scores(&dense);
         let nudges = routing.nudges(query, &dense);
-        let mut hits: Vec<Hit> = (0..n)
+        let hits = (0..n)
             .filter(|i| !exact.iter().any(|h| h.index == *i))
             .map(|i| Hit {
                 index: i,
@@ -301,20 +337,73 @@ impl SemanticRanker {
                 exact: false,
             })
             .collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
-        // Exact hits keep a score above every other, as the lexical index gives them.
-        let top = hits.first().map_or(0.0, |h| h.score);
-        exact.iter_mut().for_each(|h| h.score = top + 1.0);
-        exact.extend(hits);
-        let mut ranked = routing.make_room(exact);
-        ranked.truncate(limit);
-        ranked
+        finish(exact, hits, routing, limit)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<[f32]>>> {
         // A panic while holding the lock leaves whole entries behind; keep using them.
         self.vectors.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// The dot product of two unit vectors (0 for an empty one: a vector not made), in eight f32
+/// sums the compiler keeps in vector registers: a big catalogue's search scans every tool's
+/// sketch with it (a millisecond less a query over 1,853 tools than summing in f64). The
+/// encoder has the same loop (`math::dot`); this crate does not depend on it.
+pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let mut lanes = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let rest: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    f64::from(lanes.iter().sum::<f32>() + rest)
+}
+
+/// BM25's scores as z-scores over `n` tools, each bounded by `MATCHED_SHARE_WEIGHT` times its
+/// share of the lexical ceiling, and the exact hits apart.
+pub(crate) fn lexical_z(lexical: &Lexical, n: usize) -> (Vec<f64>, Vec<Hit>) {
+    let mut bm25 = vec![0.0; n];
+    let mut exact = Vec::new();
+    for hit in &lexical.hits {
+        if hit.exact {
+            exact.push(hit.clone());
+        } else if let Some(slot) = bm25.get_mut(hit.index) {
+            *slot = hit.score;
+        }
+    }
+    let mut z_bm25 = z_scores(&bm25);
+    if lexical.ceiling > 0.0 {
+        for (z, score) in z_bm25.iter_mut().zip(&bm25) {
+            *z = z.min(MATCHED_SHARE_WEIGHT * score / lexical.ceiling);
+        }
+    }
+    (z_bm25, exact)
+}
+
+/// The end of a fused ranking: `hits` best first, the `exact` ones above them all, the first
+/// places making room for a second server, `limit` kept.
+pub(crate) fn finish(
+    mut exact: Vec<Hit>,
+    mut hits: Vec<Hit>,
+    routing: &Routing,
+    limit: usize,
+) -> Vec<Hit> {
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
+    // Exact hits keep a score above every other, as the lexical index gives them.
+    let top = hits.first().map_or(0.0, |h| h.score);
+    exact.iter_mut().for_each(|h| h.score = top + 1.0);
+    exact.extend(hits);
+    let mut ranked = routing.make_room(exact);
+    ranked.truncate(limit);
+    ranked
 }
 
 /// What the encoder reads of a tool: its qualified name as words, description and parameter

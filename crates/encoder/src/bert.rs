@@ -43,6 +43,9 @@ pub(crate) struct Bert {
     token_type: Vec<f32>,
     embedding_norm: Norm,
     layers: Vec<Layer>,
+    /// The mean word embedding over the vocabulary, taken from every sketch: the direction
+    /// all words share says nothing about what a text means.
+    common: Vec<f32>,
     /// Whether the VNNI kernel may run (where the CPU has it).
     pub(crate) vnni: bool,
 }
@@ -147,6 +150,17 @@ fn load_words(file: &mut TensorFile) -> Result<(Vec<i8>, Vec<f32>, usize), Strin
     Ok((words, word_scales, vocabulary))
 }
 
+/// The first whole word of BERT's uncased vocabulary ("the"); below it are special tokens,
+/// unused slots and single characters.
+const FIRST_WORD: usize = 1996;
+
+/// How much a word counts in a sketch: little for the commonest words, rising with the log of
+/// its rank, so a rare word outweighs several common ones.
+fn sketch_weight(id: usize) -> f32 {
+    let rank = id.saturating_sub(FIRST_WORD) as f32;
+    (1.0 + rank / 64.0).ln().max(0.1)
+}
+
 impl Bert {
     /// Reads and quantises the model, a few rows at a time, on two threads (the word
     /// embeddings on one, the layers on the other: about the same work), each with its own
@@ -174,10 +188,21 @@ impl Bert {
         if position_columns != WIDTH || type_columns != WIDTH || token_types.len() < WIDTH {
             return Err("the position or token type embeddings are not 384 wide".into());
         }
+        let mut common = vec![0f32; WIDTH];
+        for (row, scale) in words.chunks_exact(WIDTH).zip(&word_scales) {
+            common
+                .iter_mut()
+                .zip(row)
+                .for_each(|(c, &w)| *c += f32::from(w) * scale);
+        }
+        common
+            .iter_mut()
+            .for_each(|c| *c /= vocabulary.max(1) as f32);
         Ok(Bert {
             words,
             word_scales,
             vocabulary,
+            common,
             positions,
             token_type: token_types[..WIDTH].to_vec(),
             embedding_norm: norm(&mut file, "embeddings.LayerNorm")?,
@@ -194,6 +219,33 @@ impl Bert {
     /// How many positions a sequence may have.
     pub(crate) fn max_positions(&self) -> usize {
         self.positions.len() / WIDTH
+    }
+
+    /// A text's sketch: the weighted mean of its word embeddings less the vocabulary's mean,
+    /// unit length, with no layer run (microseconds, against milliseconds for [`Bert::embed`]).
+    /// `ids` are WordPiece ids without `[CLS]` and `[SEP]`; a word's weight grows with its
+    /// place in the vocabulary, which BERT's lists roughly by frequency, so "the" and "of"
+    /// count for little beside "subtract".
+    pub(crate) fn sketch(&self, ids: &[u32]) -> Vec<f32> {
+        let mut sum = vec![0f32; WIDTH];
+        for &id in ids {
+            let id = id as usize;
+            let (Some(row), Some(scale)) = (
+                self.words.get(id * WIDTH..(id + 1) * WIDTH),
+                self.word_scales.get(id),
+            ) else {
+                continue;
+            };
+            let weight = sketch_weight(id);
+            for ((s, &w), c) in sum.iter_mut().zip(row).zip(&self.common) {
+                *s += weight * (f32::from(w) * scale - c);
+            }
+        }
+        let length = math::dot(&sum, &sum).sqrt();
+        if length > 0.0 {
+            sum.iter_mut().for_each(|v| *v /= length);
+        }
+        sum
     }
 
     /// The mean-pooled, unit-length embedding of each sequence (token ids below

@@ -137,6 +137,19 @@ impl SentenceEncoder {
         vectors
     }
 
+    /// A cheap, rough embedding of `text` (its words' embeddings weighted and averaged, no
+    /// layers run): for picking which tools are worth a full [`SentenceEncoder::embed`] among
+    /// thousands. Sketches are compared with sketches only; punctuation is left out.
+    pub fn sketch(&self, text: &str) -> Vec<f32> {
+        let words: String = text
+            .chars()
+            .map(|c| if c.is_ascii_punctuation() { ' ' } else { c })
+            .collect();
+        let ids = self.tokenizer.tokenize(&words, MAX_TOKENS);
+        let inner = ids.get(1..ids.len().saturating_sub(1)).unwrap_or(&[]);
+        self.model.sketch(inner)
+    }
+
     /// BERT's uncased WordPiece tokens of `text`, between `[CLS]` and `[SEP]`.
     pub fn tokenize(&self, text: &str) -> Vec<u32> {
         self.tokenizer.tokenize(text, MAX_TOKENS)

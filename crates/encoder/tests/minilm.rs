@@ -111,6 +111,28 @@ fn meaning_without_shared_words_lands_close() {
 }
 
 #[test]
+fn sketches_are_unit_vectors_of_the_words_alone() {
+    let encoder = encoder();
+    let sketch = encoder.sketch("get_weather: Current conditions for a city.");
+    assert_eq!(sketch.len(), DIMENSIONS);
+    assert!((cosine(&sketch, &sketch) - 1.0).abs() < 1e-4);
+    // Punctuation is not a word: the same words sketch the same.
+    let spaced = encoder.sketch("get weather  Current conditions for a city");
+    assert!(cosine(&sketch, &spaced) > 0.999);
+    // A shared rare word counts for more than shared common ones.
+    let forecast = encoder.sketch("weather forecast for the week");
+    let filler = encoder.sketch("the list of the things for a city");
+    assert!(
+        cosine(&sketch, &forecast) > cosine(&sketch, &filler),
+        "{} vs {}",
+        cosine(&sketch, &forecast),
+        cosine(&sketch, &filler)
+    );
+    // No words: no direction, and no NaN.
+    assert!(encoder.sketch("...").iter().all(|v| *v == 0.0));
+}
+
+#[test]
 fn a_missing_model_is_a_readable_error() {
     let error = SentenceEncoder::load(std::path::Path::new("/nonexistent/encoder")).unwrap_err();
     assert!(

@@ -143,6 +143,9 @@ impl TextEncoder for MiniLm {
     fn model(&self) -> &str {
         tether_encoder::MODEL
     }
+    fn sketch(&self, text: &str) -> Option<Vec<f32>> {
+        Some(self.0.sketch(text))
+    }
 }
 
 async fn semantic_ranker() -> SemanticRanker {

@@ -69,4 +69,8 @@ impl tether_catalog::TextEncoder for LazyMiniLm {
     fn model(&self) -> &str {
         tether_encoder::MODEL
     }
+
+    fn sketch(&self, text: &str) -> Option<Vec<f32>> {
+        load(&self.0).map(|e| e.sketch(text))
+    }
 }

@@ -1,0 +1,351 @@
+//! A big catalogue ranked in two stages, so that its first search does not wait for every
+//! tool's vector. Encoding a tool takes milliseconds on a CPU without VNNI (BFCL's 1,853
+//! tools about 10 s on two cores); a sketch ([`TextEncoder::sketch`](crate::semantic::TextEncoder::sketch):
+//! the words' embeddings averaged, no layers) takes microseconds. So:
+//!
+//! 1. every tool is ranked as the fused ranking does, with sketches in place of vectors:
+//!    BM25's bounded z-score, the sketches' cosine to the query's sketch as a z-score, and the
+//!    routing nudges worked out from the sketches;
+//! 2. the first [`SHORTLIST`] of that ranking, with an even sample of [`SAMPLE`] tools, get
+//!    their full vectors (cached, or encoded now and saved);
+//! 3. the shortlist is ranked by the fused score with the full cosine, as a z-score against
+//!    the sample's mean and spread (an unbiased estimate of the whole catalogue's, which the
+//!    fused ranking of a small catalogue uses), and the rest follow in their first-stage order.
+//!
+//! The ranking is the same whether the vectors were cached or not: a catalogue over
+//! [`SHORTLIST_ABOVE`] tools is always ranked this way, and only the tools a search ever
+//! shortlists are ever encoded.
+
+use std::sync::Arc;
+
+use tether_protocol::QualifiedTool;
+
+use crate::routing::{Routing, z_scores};
+use crate::search::{Hit, Lexical};
+use crate::semantic::{Key, SEMANTIC_WEIGHT, SemanticRanker, cosine, finish, key_of, lexical_z};
+
+/// Catalogues with more tools than this are ranked in two stages; smaller ones have every
+/// tool encoded (a shortlist and sample would be most of them anyway).
+pub const SHORTLIST_ABOVE: usize = 512;
+
+/// Tools the first stage passes to the second.
+const SHORTLIST: usize = 96;
+
+/// Tools encoded, evenly spread over the catalogue, to estimate the mean and spread of the
+/// query's cosine to every tool; as many again spread over the servers, for their centroids.
+const SAMPLE: usize = 128;
+
+/// The fewest of each server's tools its centroid is worked out from.
+const PER_SERVER: usize = 2;
+
+/// Every tool's sketch and vector cache key, and the routing facts worked out from the
+/// sketches: made once per snapshot.
+#[derive(Debug)]
+pub struct Sketches {
+    vectors: Vec<Arc<[f32]>>,
+    keys: Vec<Key>,
+    routing: Routing,
+}
+
+impl Sketches {
+    /// The sketches of `tools`, or `None` when the ranker's encoder makes none.
+    pub fn new(ranker: &SemanticRanker, tools: &[QualifiedTool]) -> Option<Sketches> {
+        let vectors = tools
+            .iter()
+            .map(|tool| {
+                ranker
+                    .sketch(&crate::semantic::tool_text(tool))
+                    .map(Arc::from)
+            })
+            .collect::<Option<Vec<Arc<[f32]>>>>()?;
+        let routing = Routing::new(tools, &vectors);
+        Some(Sketches {
+            vectors,
+            keys: tools.iter().map(key_of).collect(),
+            routing,
+        })
+    }
+}
+
+/// The best `limit` of `tools` for `query` in two stages (the module's account), from BM25's
+/// `lexical` hits over every tool.
+pub fn rank(
+    ranker: &SemanticRanker,
+    sketches: &Sketches,
+    tools: &[QualifiedTool],
+    query: &str,
+    lexical: Lexical,
+    limit: usize,
+) -> Vec<Hit> {
+    let n = tools.len();
+    let text = SemanticRanker::query_text(query);
+    let Some(query_sketch) = ranker.sketch(&text) else {
+        return lexical.hits;
+    };
+    let encoded = ranker.encode_query(&text);
+    let routing = &sketches.routing;
+    let (sample, even) = sample(routing.server_of(), routing.servers());
+    let with_keys = |indices: &[usize]| -> Vec<(Key, &QualifiedTool)> {
+        indices
+            .iter()
+            .filter_map(|i| Some((*sketches.keys.get(*i)?, tools.get(*i)?)))
+            .collect()
+    };
+    let sampled = with_keys(&sample);
+    let sample_vectors = ranker.vectors_of(&sampled);
+    let sample_dense: Vec<f64> = sample_vectors.iter().map(|v| cosine(v, &encoded)).collect();
+    let (even_dense, _) = sample_dense.split_at(even.min(sample_dense.len()));
+    let mean = even_dense.iter().sum::<f64>() / even_dense.len().max(1) as f64;
+    let spread = (even_dense
+        .iter()
+        .map(|d| (d - mean) * (d - mean))
+        .sum::<f64>()
+        / even_dense.len().max(1) as f64)
+        .sqrt();
+    // A server's closeness: the query's cosine to the direction of its sampled tools' mean.
+    let mut centroids = vec![vec![0f32; encoded.len()]; routing.servers()];
+    for (i, vector) in sample.iter().zip(&sample_vectors) {
+        if let Some(centroid) = routing
+            .server_of()
+            .get(*i)
+            .and_then(|s| centroids.get_mut(*s))
+        {
+            centroid
+                .iter_mut()
+                .zip(vector.iter())
+                .for_each(|(c, v)| *c += v);
+        }
+    }
+    let closeness: Vec<f64> = centroids
+        .iter()
+        .map(|c| cosine(c, &encoded) / cosine(c, c).sqrt().max(1e-9))
+        .collect();
+    let nudges = routing.nudges_by(query, Some(&closeness));
+
+    let (z_bm25, exact) = lexical_z(&lexical, n);
+    let rough: Vec<f64> = sketches
+        .vectors
+        .iter()
+        .map(|v| cosine(v, &query_sketch))
+        .collect();
+    let z_rough = z_scores(&rough);
+    let first: Vec<f64> = (0..n)
+        .map(|i| z_bm25[i] + SEMANTIC_WEIGHT * z_rough[i] + nudges.get(i).copied().unwrap_or(0.0))
+        .collect();
+    let mut order: Vec<usize> = (0..n)
+        .filter(|i| !exact.iter().any(|h| h.index == *i))
+        .collect();
+    order.sort_by(|a, b| first[*b].total_cmp(&first[*a]).then(a.cmp(b)));
+    let short = order.len().min(SHORTLIST);
+    let wanted = with_keys(&order[..short]);
+    let dense: Vec<f64> = ranker
+        .vectors_of(&wanted)
+        .iter()
+        .map(|v| cosine(v, &encoded))
+        .collect();
+    let mut hits: Vec<Hit> = order[..short]
+        .iter()
+        .zip(&dense)
+        .map(|(&i, d)| Hit {
+            index: i,
+            score: z_bm25[i]
+                + SEMANTIC_WEIGHT * (d - mean) / (spread + 1e-9)
+                + nudges.get(i).copied().unwrap_or(0.0),
+            exact: false,
+        })
+        .collect();
+    // The rest keep their first-stage order, below the whole shortlist.
+    let floor = hits.iter().map(|h| h.score).fold(f64::INFINITY, f64::min);
+    let below = order.get(short).map_or(0.0, |i| first[*i]);
+    hits.extend(order[short..].iter().map(|&i| Hit {
+        index: i,
+        score: floor - 1.0 - (below - first[i]),
+        exact: false,
+    }));
+    finish(exact, hits, routing, limit)
+}
+
+/// Which tools a search encodes besides its shortlist, as indices, and how many of the first
+/// are the even sample: [`SAMPLE`] spread evenly over the catalogue (for the cosine's mean and
+/// spread), then more of each server's tools, evenly over them, until it has its quota of
+/// the sample (for its centroid; every tool of a small server).
+fn sample(server_of: &[usize], servers: usize) -> (Vec<usize>, usize) {
+    let n = server_of.len();
+    let servers = servers.max(1);
+    let quota = (SAMPLE / servers).max(PER_SERVER);
+    let mut members = vec![0usize; servers];
+    for server in server_of {
+        members[(*server).min(servers - 1)] += 1;
+    }
+    let even_count = SAMPLE.min(n);
+    let mut sampled = vec![false; n];
+    let mut taken = vec![0usize; servers];
+    let mut sample: Vec<usize> = (0..even_count).map(|i| i * n / even_count).collect();
+    for &i in &sample {
+        sampled[i] = true;
+        taken[server_of[i].min(servers - 1)] += 1;
+    }
+    let mut seen = vec![0usize; servers];
+    for (i, server) in server_of.iter().enumerate() {
+        let server = (*server).min(servers - 1);
+        let members = members[server].max(1);
+        // The server's tools at which `seen × quota / members` steps up are evenly spread.
+        let due = seen[server] * quota / members;
+        seen[server] += 1;
+        if taken[server] < quota && seen[server] * quota / members > due && !sampled[i] {
+            taken[server] += 1;
+            sampled[i] = true;
+            sample.push(i);
+        }
+    }
+    (sample, even_count)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::semantic::{TextEncoder, Words};
+    use crate::{ServerTools, Snapshot};
+
+    /// [`Words`], counting the tool texts it encodes, with sketches when `sketches`.
+    struct Counting {
+        encoded: AtomicUsize,
+        sketches: bool,
+        texts: Mutex<Vec<String>>,
+    }
+
+    impl Counting {
+        fn new(sketches: bool) -> Arc<Counting> {
+            Arc::new(Counting {
+                encoded: AtomicUsize::new(0),
+                sketches,
+                texts: Mutex::default(),
+            })
+        }
+    }
+
+    impl TextEncoder for Counting {
+        fn encode(&self, text: &str) -> Vec<f32> {
+            Words.encode(text)
+        }
+        fn encode_batch(&self, texts: &[&str]) -> Vec<Vec<f32>> {
+            self.encoded.fetch_add(texts.len(), Ordering::Relaxed);
+            let mut seen = self.texts.lock().unwrap();
+            seen.extend(texts.iter().map(|t| t.to_string()));
+            texts.iter().map(|t| Words.encode(t)).collect()
+        }
+        fn model(&self) -> &str {
+            "counting"
+        }
+        fn sketch(&self, text: &str) -> Option<Vec<f32>> {
+            self.sketches.then(|| Words.encode(text))
+        }
+    }
+
+    /// A catalogue over [`SHORTLIST_ABOVE`]: filler tools on three servers, and an arithmetic
+    /// server whose `subtract` only meaning finds for "take away".
+    fn big_catalogue() -> Vec<ServerTools> {
+        let filler = |server: &str, from: usize| ServerTools {
+            server: server.into(),
+            tools: (from..from + 200)
+                .map(|i| {
+                    serde_json::from_value(json!({
+                        "name": format!("record_{i}"),
+                        "description": format!("Keeps entry {i} of the ledger.")
+                    }))
+                    .unwrap()
+                })
+                .collect(),
+            always_load: false,
+        };
+        let mut servers = vec![filler("ledger", 0), filler("journal", 200)];
+        servers.push(ServerTools {
+            server: "math".into(),
+            tools: ["add", "subtract", "multiply"]
+                .iter()
+                .map(|name| {
+                    serde_json::from_value(json!({
+                        "name": name,
+                        "description": format!("{name} two numbers")
+                    }))
+                    .unwrap()
+                })
+                .collect(),
+            always_load: false,
+        });
+        servers.push(filler("archive", 400));
+        servers
+    }
+
+    #[test]
+    fn a_big_catalogue_encodes_its_shortlist_and_sample_only_and_finds_the_meaning() {
+        let encoder = Counting::new(true);
+        let snapshot = Snapshot::new(big_catalogue())
+            .with_semantic(Some(SemanticRanker::new(encoder.clone(), None)));
+        assert!(snapshot.tools().len() > SHORTLIST_ABOVE);
+        let hits = snapshot.search("take away 9 from 30", 3);
+        assert_eq!(
+            snapshot.tools()[hits[0].index].tool.name,
+            "subtract",
+            "{hits:?}"
+        );
+        let encoded = encoder.encoded.load(Ordering::Relaxed);
+        assert!(
+            encoded <= SHORTLIST + 2 * SAMPLE,
+            "{encoded} of {} tools encoded",
+            snapshot.tools().len()
+        );
+        // The small server is sampled whole, for its centroid.
+        let texts = encoder.texts.lock().unwrap();
+        for name in ["add", "subtract", "multiply"] {
+            assert!(
+                texts
+                    .iter()
+                    .any(|t| t.starts_with(&format!("math {name}:")))
+            );
+        }
+        drop(texts);
+        // A second search with the vectors in memory encodes nothing new for the same query,
+        // and ranks the same.
+        assert_eq!(snapshot.search("take away 9 from 30", 3), hits);
+        assert_eq!(encoder.encoded.load(Ordering::Relaxed), encoded);
+    }
+
+    #[test]
+    fn an_encoder_without_sketches_has_every_tool_encoded() {
+        let encoder = Counting::new(false);
+        let snapshot = Snapshot::new(big_catalogue())
+            .with_semantic(Some(SemanticRanker::new(encoder.clone(), None)));
+        let hits = snapshot.search("take away 9 from 30", 3);
+        assert_eq!(snapshot.tools()[hits[0].index].tool.name, "subtract");
+        assert_eq!(
+            encoder.encoded.load(Ordering::Relaxed),
+            snapshot.tools().len()
+        );
+    }
+
+    #[test]
+    fn the_sample_spreads_over_the_catalogue_and_takes_small_servers_whole() {
+        // 1,000 tools of one server, then 5 of another, then 20 of a third.
+        let server_of: Vec<usize> = std::iter::repeat_n(0, 1000)
+            .chain(std::iter::repeat_n(1, 5))
+            .chain(std::iter::repeat_n(2, 20))
+            .collect();
+        let (sample, even) = sample(&server_of, 3);
+        assert_eq!(even, SAMPLE);
+        let mut sorted = sample.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), sample.len(), "no tool twice");
+        let of = |server: usize| sample.iter().filter(|i| server_of[**i] == server).count();
+        assert_eq!((of(1), of(2)), (5, 20), "small servers whole");
+        assert!(of(0) >= SAMPLE - 25, "{}", of(0));
+        // The even part reaches the end of the catalogue.
+        assert!(sample[..even].iter().any(|i| *i > 900));
+    }
+}
