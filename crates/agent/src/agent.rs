@@ -35,6 +35,15 @@ use crate::system_prompt::{SystemPrompt, compose};
 
 mod calls;
 
+/// The longest a turn waits for a still-starting server whose tools fit its request: a
+/// Python server on two busy cores takes about three seconds; one that takes longer joins
+/// later, as any server does.
+pub const LATE_SERVER_WAIT: Duration = Duration::from_secs(10);
+
+/// How near the top of the ranking a still-starting server's pinned tool must come for a
+/// turn to wait for the server: the few tools a small model's pre-selection offers.
+pub const LATE_SERVER_LOOKAHEAD: usize = 3;
+
 /// How tools are offered to the model.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -236,6 +245,41 @@ impl<'a> Agent<'a> {
         });
     }
 
+    /// Before the tools are chosen for `request`: waits for the servers still starting whose
+    /// tools, as pinned in an earlier run, rank among the first [`LATE_SERVER_LOOKAHEAD`] for
+    /// it, at most [`LATE_SERVER_WAIT`] and until the turn is cancelled, saying so. A server
+    /// that starts slowly (an interpreter loading) would otherwise join after the request it
+    /// was needed for; one whose tools do not fit costs nothing.
+    async fn wait_for_fitting_servers(
+        &self,
+        request: &str,
+        events: &UnboundedSender<AgentEvent>,
+        cancel: &CancellationToken,
+    ) {
+        let starting = self.registry.starting();
+        if starting.is_empty() {
+            return;
+        }
+        let fitting = self
+            .catalog
+            .late_servers_fitting(&starting, request, LATE_SERVER_LOOKAHEAD);
+        if fitting.is_empty() {
+            return;
+        }
+        for (server, tool) in &fitting {
+            let _ = events.send(AgentEvent::Notice {
+                message: format!(
+                    "waiting for server \"{server}\" to finish starting: its tool \"{tool}\" fits this request"
+                ),
+            });
+        }
+        let names: Vec<String> = fitting.into_iter().map(|(server, _)| server).collect();
+        tokio::select! {
+            () = self.registry.wait_started(&names, LATE_SERVER_WAIT) => {}
+            () = cancel.cancelled() => {}
+        }
+    }
+
     /// Warns near the context window and shortens old tool results to stay under it.
     fn fit_context(
         &self,
@@ -326,6 +370,9 @@ impl<'a> Agent<'a> {
         let mut usage = Usage::default();
         let mut failures: HashMap<(String, String), usize> = HashMap::new();
         let mut step = 0;
+        if let Some(Message::User { content }) = conversation.last() {
+            self.wait_for_fitting_servers(content, events, cancel).await;
+        }
         self.refresh_tools(events).await;
         if let Some(Message::User { content }) = conversation.last() {
             let loaded = self.selection.start_turn(&self.catalog.snapshot(), content);

@@ -3,6 +3,8 @@
 //! `ServerRegistry` is the implementation every front end uses; the loop's own tests give the
 //! session fake servers through the same trait, so the loop is tested without processes.
 
+use std::time::Duration;
+
 use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 use tether_catalog::{Refresh, ToolCatalog};
@@ -46,6 +48,16 @@ pub trait ToolServers: Send + Sync {
         &'a self,
         text: &'a str,
     ) -> BoxFuture<'a, Result<(String, Vec<Mention>), McpError>>;
+
+    /// The servers still starting (they join when ready), by name.
+    fn starting(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Waits until none of `names` is still starting, or `limit` has passed.
+    fn wait_started<'a>(&'a self, _names: &'a [String], _limit: Duration) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
 }
 
 impl ToolServers for ServerRegistry {
@@ -96,12 +108,16 @@ impl ToolServers for ServerRegistry {
     ) -> BoxFuture<'a, Result<(String, Vec<Mention>), McpError>> {
         Box::pin(crate::attachments::attach_resources(self, text))
     }
+
+    fn starting(&self) -> Vec<String> {
+        self.starting_names()
+    }
+
+    fn wait_started<'a>(&'a self, names: &'a [String], limit: Duration) -> BoxFuture<'a, ()> {
+        Box::pin(ServerRegistry::wait_started(self, names, limit))
+    }
 }
 
-/// A registry its front end changes while the session lives (the chat's `/add` and
-/// `/remove`): the session reads it, and the front end takes it exclusively only between
-/// turns, when nothing of the session reads it. The plain getters answer from a read taken
-/// without waiting; they are only asked during a turn or at the session's start.
 impl ToolServers for tokio::sync::RwLock<ServerRegistry> {
     fn names(&self) -> Vec<String> {
         self.try_read().map(|r| r.names()).unwrap_or_default()
@@ -149,5 +165,15 @@ impl ToolServers for tokio::sync::RwLock<ServerRegistry> {
             let registry = self.read().await;
             crate::attachments::attach_resources(&registry, text).await
         })
+    }
+
+    fn starting(&self) -> Vec<String> {
+        self.try_read()
+            .map(|r| r.starting_names())
+            .unwrap_or_default()
+    }
+
+    fn wait_started<'a>(&'a self, names: &'a [String], limit: Duration) -> BoxFuture<'a, ()> {
+        Box::pin(async move { self.read().await.wait_started(names, limit).await })
     }
 }

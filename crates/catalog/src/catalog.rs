@@ -642,6 +642,59 @@ impl ToolCatalog {
         Some(refresh)
     }
 
+    /// Which of `starting` (servers still starting) would offer a tool among the best
+    /// `within` for `query`, judged by the tools each listed when it was pinned: the servers
+    /// worth waiting for before the tools are chosen for a request. Each is named with its
+    /// best such tool. Nothing without pinning, or for a server never pinned.
+    pub fn late_servers_fitting(
+        &self,
+        starting: &[String],
+        query: &str,
+        within: usize,
+    ) -> Vec<(String, String)> {
+        let expected: Vec<ServerTools> = {
+            let Ok(pinning) = self.pinning.lock() else {
+                return Vec::new();
+            };
+            let Some(pinning) = pinning.as_ref() else {
+                return Vec::new();
+            };
+            starting
+                .iter()
+                .filter_map(|server| {
+                    let pins = pinning.book.servers().get(server)?;
+                    let tools: Vec<Tool> = pins
+                        .tools
+                        .keys()
+                        .filter_map(|name| pinning.book.pinned_tool(server, name))
+                        .collect();
+                    (!tools.is_empty()).then(|| ServerTools {
+                        server: server.clone(),
+                        tools,
+                        always_load: false,
+                    })
+                })
+                .collect()
+        };
+        if expected.is_empty() {
+            return Vec::new();
+        }
+        let mut servers = self.snapshot().servers().to_vec();
+        servers.extend(expected);
+        let ranker = self.semantic.read().ok().and_then(|r| r.clone());
+        let trial = Snapshot::new(servers).with_semantic(ranker);
+        let mut fitting: Vec<(String, String)> = Vec::new();
+        for hit in trial.search(query, within) {
+            let Some(tool) = trial.tools().get(hit.index) else {
+                continue;
+            };
+            if starting.contains(&tool.server) && fitting.iter().all(|(s, _)| *s != tool.server) {
+                fitting.push((tool.server.clone(), tool.tool.name.clone()));
+            }
+        }
+        fitting
+    }
+
     /// Swaps in `snapshot` for every holder.
     pub fn replace(&self, snapshot: Snapshot) {
         let snapshot = if self.model_view.load(std::sync::atomic::Ordering::Relaxed) {
@@ -690,6 +743,56 @@ mod tests {
         assert_eq!(seen.tools().len(), 2);
         assert!(seen.always_loaded(1));
         assert_eq!(seen.position("a__two"), Some(1));
+    }
+
+    #[test]
+    fn a_starting_server_is_worth_waiting_for_when_its_pinned_tools_fit() {
+        let described = |name: &str, description: &str| -> Tool {
+            serde_json::from_value(json!({"name": name, "description": description})).unwrap()
+        };
+        let catalog = ToolCatalog::from_servers(vec![ServerTools {
+            server: "time".into(),
+            tools: vec![described(
+                "get_current_time",
+                "The current time in a time zone.",
+            )],
+            always_load: false,
+        }]);
+        let starting = vec!["sqlite".to_string()];
+        let question = "which tables are in the database?";
+        // Without pinning nothing is known of a server still starting.
+        assert!(
+            catalog
+                .late_servers_fitting(&starting, question, 3)
+                .is_empty()
+        );
+        let path = std::env::temp_dir().join(format!("tether-late-pins-{}", std::process::id()));
+        let mut book = PinBook::load(&path).unwrap();
+        book.check(
+            "sqlite",
+            "uvx mcp-server-sqlite",
+            &[
+                described("list_tables", "List all tables in the SQLite database."),
+                described("read_query", "Run a SELECT query on the SQLite database."),
+            ],
+            None,
+        );
+        catalog.pin(&ServerRegistry::default(), book);
+        assert_eq!(
+            catalog.late_servers_fitting(&starting, question, 3),
+            [("sqlite".to_string(), "list_tables".to_string())]
+        );
+        // A request its tools do not serve waits for nothing; nor does one for a server
+        // that is not starting.
+        assert!(
+            catalog
+                .late_servers_fitting(&starting, "what time is it in Tokyo?", 1)
+                .is_empty()
+        );
+        assert!(catalog.late_servers_fitting(&[], question, 3).is_empty());
+        // The catalogue itself is untouched: the server's tools come with its listing.
+        assert_eq!(catalog.snapshot().tools().len(), 1);
+        let _ = std::fs::remove_file(path);
     }
 
     #[test]

@@ -126,6 +126,8 @@ impl ServerEntry {
 struct Late {
     settled: bool,
     joined: Vec<String>,
+    /// Woken each time a start ends, for `wait_started`.
+    ended: Arc<tokio::sync::Notify>,
 }
 
 /// All servers of a run.
@@ -374,6 +376,37 @@ impl ServerRegistry {
             .unwrap_or_default()
     }
 
+    /// The servers still starting, by name.
+    pub fn starting_names(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter(|e| matches!(e.state(), ServerState::Starting))
+            .map(|e| e.name().to_string())
+            .collect()
+    }
+
+    /// Waits until none of `names` is still starting (each start ends connected or failed,
+    /// within its own `startupTimeout`), or `limit` has passed, whichever is first.
+    pub async fn wait_started(&self, names: &[String], limit: Duration) {
+        let Ok(ended) = self.late.lock().map(|late| late.ended.clone()) else {
+            return;
+        };
+        let waiting = async {
+            loop {
+                // Registered before looking, so a start that ends in between still wakes us.
+                let notified = ended.notified();
+                let still = self.entries.iter().any(|e| {
+                    names.contains(&e.config.name) && matches!(e.state(), ServerState::Starting)
+                });
+                if !still {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(limit, waiting).await;
+    }
+
     /// Whether any server is still starting.
     pub fn starting(&self) -> bool {
         self.entries
@@ -469,6 +502,9 @@ async fn start_one_server(
         }
         late.settled
     };
+    if let Ok(late) = late.lock() {
+        late.ended.notify_waiters();
+    }
     if joined_late {
         host.notify(&config.name, ServerNotice::JoinedLate { elapsed, error });
     } else {

@@ -184,6 +184,45 @@ async fn a_slow_server_joins_after_the_others_are_ready() {
 }
 
 #[tokio::test]
+async fn waiting_for_a_starting_server_ends_at_the_limit_or_when_it_joins() {
+    let dir = scratch_dir("registry", "wait_started");
+    let (gated, gate, _) = gated_time_server(&dir);
+    let fast = adhoc_stdio(&misbehaving_stdio("tool-error"), &[]).unwrap();
+    let registry =
+        ServerRegistry::start_settling([fast, gated], Arc::new(tether_mcp::HeadlessHost)).await;
+    assert_eq!(registry.starting_names(), ["gated"]);
+    let names = vec!["gated".to_string()];
+    // The gate is shut: the wait ends at its limit, the server still starting.
+    registry
+        .wait_started(&names, Duration::from_millis(50))
+        .await;
+    assert_eq!(registry.starting_names(), ["gated"]);
+    // A server not starting is not waited for at all.
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        registry.wait_started(
+            &["misbehaving_server".to_string()],
+            Duration::from_secs(600),
+        ),
+    )
+    .await
+    .expect("nothing to wait for");
+    // Opened while the wait is under way: the wait ends when the server has joined, well
+    // before its limit.
+    let opener = std::thread::spawn(move || std::fs::write(&gate, "go\n").unwrap());
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        registry.wait_started(&names, Duration::from_secs(600)),
+    )
+    .await
+    .expect("the wait ends when the server joins");
+    opener.join().unwrap();
+    assert!(registry.starting_names().is_empty());
+    assert!(registry.connection("gated").is_ok());
+    registry.shutdown().await;
+}
+
+#[tokio::test]
 async fn shutdown_stops_a_server_still_starting() {
     let dir = scratch_dir("registry", "stops_pending");
     let (gated, _gate, pid_file) = gated_time_server(&dir);

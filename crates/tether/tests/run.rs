@@ -940,6 +940,102 @@ fn run_does_not_wait_for_a_server_still_starting() {
 }
 
 #[test]
+fn run_waits_for_a_starting_server_whose_pinned_tools_fit_the_request() {
+    let dir = test_support::scratch_dir("run", "waits_for_fitting");
+    let tether = env!("CARGO_BIN_EXE_tether");
+    // An earlier run's pins: the server named "gated" as it was when it started at once.
+    let earlier = dir.join("earlier.json");
+    std::fs::write(
+        &earlier,
+        json!({"mcpServers": {"gated": {"command": tether, "args": ["builtin-server"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let accepted = Command::new(tether)
+        .args([
+            "--config",
+            earlier.to_str().unwrap(),
+            "pins",
+            "accept",
+            "gated",
+        ])
+        .env("TETHER_DATA_DIR", &dir)
+        .output()
+        .unwrap();
+    assert!(
+        accepted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&accepted.stderr)
+    );
+    let (config, gate, _) = fast_and_gated(&dir);
+    let model = ScriptedModel::start(
+        Wire::OpenAi,
+        vec![
+            Reply::call("call_1", "gated__add", r#"{"a": 2, "b": 3}"#),
+            Reply::text("5"),
+        ],
+    );
+    let mut child = Command::new(tether)
+        .args([
+            "run",
+            "--json",
+            "--model",
+            "openai:scripted-model",
+            "--base-url",
+        ])
+        .arg(model.base_url())
+        .arg("--config")
+        .arg(&config)
+        .arg("What is 2 + 3? Use the add tool.")
+        .current_dir(&dir)
+        .env("OPENAI_API_KEY", "test-key")
+        .env("TETHER_DATA_DIR", &dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut notices = Vec::new();
+    let mut answer = String::new();
+    let mut opener = None;
+    for line in std::io::BufRead::lines(stdout) {
+        let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        let message = event["message"].as_str().unwrap_or_default().to_string();
+        // The gate opens only once the run says it waits: had the run gone on without the
+        // server, its first request could not offer the server's tools.
+        if opener.is_none() && message.starts_with("waiting for server \"gated\"") {
+            let gate = gate.clone();
+            opener = Some(std::thread::spawn(move || {
+                std::fs::write(gate, "go\n").unwrap()
+            }));
+        }
+        if event["type"] == "notice" {
+            notices.push(message);
+        }
+        if let Some(text) = event["text"].as_str() {
+            answer.push_str(text);
+        }
+    }
+    assert!(child.wait().unwrap().success(), "{notices:#?}");
+    opener
+        .unwrap_or_else(|| panic!("the run did not say it waits for \"gated\": {notices:#?}"))
+        .join()
+        .unwrap();
+    assert!(
+        notices.contains(
+            &"waiting for server \"gated\" to finish starting: its tool \"add\" fits this request"
+                .to_string()
+        ),
+        "{notices:#?}"
+    );
+    let requests = model.requests();
+    let first = requests[0].offered_tools();
+    assert!(first.contains(&"gated__add".to_string()), "{first:?}");
+    assert!(answer.contains('5'), "{answer}");
+}
+
+#[test]
 fn chat_offers_a_late_server_from_the_next_request() {
     use std::io::{BufRead, Write};
     let dir = test_support::scratch_dir("run", "late_server");
