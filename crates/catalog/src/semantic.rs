@@ -10,7 +10,10 @@
 //! for the encoding at most [`ENCODE_BUDGET`]; past it the search is BM25's alone while the
 //! encoding goes on in the background, saving what it has every few seconds, so a catalogue
 //! too big to encode at once (ten thousand new tools) costs one search the budget, not minutes,
-//! and later searches and runs pick up where it got to.
+//! and later searches and runs pick up where it got to. A catalogue over
+//! [`SHORTLIST_ABOVE`](crate::shortlist::SHORTLIST_ABOVE) tools, given an encoder that makes
+//! sketches, is ranked in two stages instead (`shortlist`), and only the tools its searches
+//! shortlist or sample are ever encoded.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -16,7 +16,7 @@
 //! [`SHORTLIST_ABOVE`] tools is always ranked this way, and only the tools a search ever
 //! shortlists are ever encoded.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use tether_protocol::QualifiedTool;
 
@@ -39,12 +39,51 @@ const SAMPLE: usize = 128;
 const PER_SERVER: usize = 2;
 
 /// Every tool's sketch and vector cache key, and the routing facts worked out from the
-/// sketches: made once per snapshot.
+/// sketches: made once per snapshot; the sample's vectors on its first search.
 #[derive(Debug)]
 pub struct Sketches {
     vectors: Vec<Arc<[f32]>>,
     keys: Vec<Key>,
     routing: Routing,
+    sampled: OnceLock<Sampled>,
+}
+
+/// The sample's vectors ([`sample`]): the even part's, and each server's centroid direction
+/// (the mean of its sampled tools' vectors, unit length).
+#[derive(Debug)]
+struct Sampled {
+    even: Vec<Arc<[f32]>>,
+    centroids: Vec<Vec<f32>>,
+}
+
+impl Sampled {
+    /// From the `vectors` of the tools `sample`, whose first `even` are the even part.
+    fn new(routing: &Routing, sample: &[usize], even: usize, vectors: Vec<Arc<[f32]>>) -> Sampled {
+        let width = vectors.iter().map(|v| v.len()).max().unwrap_or(0);
+        let mut centroids = vec![vec![0f32; width]; routing.servers()];
+        for (i, vector) in sample.iter().zip(&vectors) {
+            if let Some(centroid) = routing
+                .server_of()
+                .get(*i)
+                .and_then(|s| centroids.get_mut(*s))
+            {
+                centroid
+                    .iter_mut()
+                    .zip(vector.iter())
+                    .for_each(|(c, v)| *c += v);
+            }
+        }
+        for centroid in &mut centroids {
+            let length = cosine(centroid, centroid).sqrt().max(1e-9) as f32;
+            centroid.iter_mut().for_each(|c| *c /= length);
+        }
+        let mut even_vectors = vectors;
+        even_vectors.truncate(even);
+        Sampled {
+            even: even_vectors,
+            centroids,
+        }
+    }
 }
 
 impl Sketches {
@@ -63,6 +102,7 @@ impl Sketches {
             vectors,
             keys: tools.iter().map(key_of).collect(),
             routing,
+            sampled: OnceLock::new(),
         })
     }
 }
@@ -84,17 +124,22 @@ pub fn rank(
     };
     let encoded = ranker.encode_query(&text);
     let routing = &sketches.routing;
-    let (sample, even) = sample(routing.server_of(), routing.servers());
     let with_keys = |indices: &[usize]| -> Vec<(Key, &QualifiedTool)> {
         indices
             .iter()
             .filter_map(|i| Some((*sketches.keys.get(*i)?, tools.get(*i)?)))
             .collect()
     };
-    let sampled = with_keys(&sample);
-    let sample_vectors = ranker.vectors_of(&sampled);
-    let sample_dense: Vec<f64> = sample_vectors.iter().map(|v| cosine(v, &encoded)).collect();
-    let (even_dense, _) = sample_dense.split_at(even.min(sample_dense.len()));
+    let sampled = sketches.sampled.get_or_init(|| {
+        let (sample, even) = sample(routing.server_of(), routing.servers());
+        Sampled::new(
+            routing,
+            &sample,
+            even,
+            ranker.vectors_of(&with_keys(&sample)),
+        )
+    });
+    let even_dense: Vec<f64> = sampled.even.iter().map(|v| cosine(v, &encoded)).collect();
     let mean = even_dense.iter().sum::<f64>() / even_dense.len().max(1) as f64;
     let spread = (even_dense
         .iter()
@@ -102,23 +147,10 @@ pub fn rank(
         .sum::<f64>()
         / even_dense.len().max(1) as f64)
         .sqrt();
-    // A server's closeness: the query's cosine to the direction of its sampled tools' mean.
-    let mut centroids = vec![vec![0f32; encoded.len()]; routing.servers()];
-    for (i, vector) in sample.iter().zip(&sample_vectors) {
-        if let Some(centroid) = routing
-            .server_of()
-            .get(*i)
-            .and_then(|s| centroids.get_mut(*s))
-        {
-            centroid
-                .iter_mut()
-                .zip(vector.iter())
-                .for_each(|(c, v)| *c += v);
-        }
-    }
-    let closeness: Vec<f64> = centroids
+    let closeness: Vec<f64> = sampled
+        .centroids
         .iter()
-        .map(|c| cosine(c, &encoded) / cosine(c, c).sqrt().max(1e-9))
+        .map(|c| cosine(c, &encoded))
         .collect();
     let nudges = routing.nudges_by(query, Some(&closeness));
 
@@ -135,8 +167,13 @@ pub fn rank(
     let mut order: Vec<usize> = (0..n)
         .filter(|i| !exact.iter().any(|h| h.index == *i))
         .collect();
-    order.sort_by(|a, b| first[*b].total_cmp(&first[*a]).then(a.cmp(b)));
     let short = order.len().min(SHORTLIST);
+    // Only which tools are in the shortlist matters here: the final ranking sorts them all.
+    if short > 0 && short < order.len() {
+        order.select_nth_unstable_by(short - 1, |a, b| {
+            first[*b].total_cmp(&first[*a]).then(a.cmp(b))
+        });
+    }
     let wanted = with_keys(&order[..short]);
     let dense: Vec<f64> = ranker
         .vectors_of(&wanted)
@@ -156,7 +193,10 @@ pub fn rank(
         .collect();
     // The rest keep their first-stage order, below the whole shortlist.
     let floor = hits.iter().map(|h| h.score).fold(f64::INFINITY, f64::min);
-    let below = order.get(short).map_or(0.0, |i| first[*i]);
+    let below = order[short..]
+        .iter()
+        .map(|i| first[*i])
+        .fold(f64::NEG_INFINITY, f64::max);
     hits.extend(order[short..].iter().map(|&i| Hit {
         index: i,
         score: floor - 1.0 - (below - first[i]),

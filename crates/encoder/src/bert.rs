@@ -5,6 +5,7 @@
 
 use crate::int8::{Layout, QuantizedLinear, QuantizedRows};
 use crate::math;
+use crate::split::{self, RowSplit};
 use crate::weights::TensorFile;
 
 /// Width of the hidden states.
@@ -251,19 +252,44 @@ impl Bert {
     /// The mean-pooled, unit-length embedding of each sequence (token ids below
     /// [`Bert::vocabulary`], at most [`Bert::max_positions`] each).
     pub(crate) fn embed(&self, sequences: &[Vec<u32>]) -> Vec<Vec<f32>> {
+        self.embed_on(sequences, None)
+    }
+
+    /// [`Bert::embed`] of one sequence, its linear layers on two threads where the CPU has
+    /// more than one core (`split`): a query, which someone waits for.
+    pub(crate) fn embed_one(&self, sequence: Vec<u32>) -> Vec<f32> {
+        let sequences = [sequence];
+        let vectors = if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+            split::with_second_thread(|split| self.embed_on(&sequences, Some(split)))
+        } else {
+            self.embed_on(&sequences, None)
+        };
+        vectors.into_iter().next().unwrap_or_default()
+    }
+
+    fn embed_on<'a>(
+        &'a self,
+        sequences: &[Vec<u32>],
+        split: Option<&RowSplit<'a>>,
+    ) -> Vec<Vec<f32>> {
         // Each thread keeps its buffers between batches: a batch's few megabytes allocated
         // afresh each time cost page faults and zeroing (5% of an encoding, measured).
         thread_local! {
             static WORK: std::cell::RefCell<Workspace> = std::cell::RefCell::default();
         }
         WORK.with(|work| match work.try_borrow_mut() {
-            Ok(mut work) => self.embed_in(sequences, &mut work),
+            Ok(mut work) => self.embed_in(sequences, &mut work, split),
             // Only re-entry could find it borrowed; that caller gets buffers of its own.
-            Err(_) => self.embed_in(sequences, &mut Workspace::default()),
+            Err(_) => self.embed_in(sequences, &mut Workspace::default(), split),
         })
     }
 
-    fn embed_in(&self, sequences: &[Vec<u32>], work: &mut Workspace) -> Vec<Vec<f32>> {
+    fn embed_in<'a>(
+        &'a self,
+        sequences: &[Vec<u32>],
+        work: &mut Workspace,
+        split: Option<&RowSplit<'a>>,
+    ) -> Vec<Vec<f32>> {
         let tokens: usize = sequences.iter().map(Vec::len).sum();
         work.x.clear();
         work.x.resize(tokens * WIDTH, 0.0);
@@ -287,7 +313,7 @@ impl Bert {
             &self.embedding_norm.bias,
         );
         for layer in &self.layers {
-            self.layer(layer, sequences, work);
+            self.layer(layer, sequences, work, split);
         }
         let mut at = 0;
         sequences
@@ -306,13 +332,31 @@ impl Bert {
             .collect()
     }
 
-    fn layer(&self, layer: &Layer, sequences: &[Vec<u32>], work: &mut Workspace) {
+    fn layer<'a>(
+        &'a self,
+        layer: &'a Layer,
+        sequences: &[Vec<u32>],
+        work: &mut Workspace,
+        split: Option<&RowSplit<'a>>,
+    ) {
+        // A linear layer, then GELU over its outputs when `gelu`.
+        let apply = |linear: &'a QuantizedLinear,
+                     x: &QuantizedRows,
+                     y: &mut [f32],
+                     add: bool,
+                     gelu: bool| match split {
+            Some(split) => split.apply(linear, x, y, add, self.vnni, gelu),
+            None => {
+                linear.apply(x, y, add, self.vnni);
+                if gelu {
+                    math::gelu(y);
+                }
+            }
+        };
         let tokens = work.x.len() / WIDTH;
         work.quantized.quantize(&work.x, WIDTH);
         work.qkv.resize(tokens * layer.qkv.outputs(), 0.0);
-        layer
-            .qkv
-            .apply(&work.quantized, &mut work.qkv, false, self.vnni);
+        apply(&layer.qkv, &work.quantized, &mut work.qkv, false, false);
         work.context.clear();
         work.context.resize(tokens * WIDTH, 0.0);
         let stride = 3 * WIDTH;
@@ -330,9 +374,13 @@ impl Bert {
             first += n;
         }
         work.quantized.quantize(&work.context, WIDTH);
-        layer
-            .attention_out
-            .apply(&work.quantized, &mut work.x, true, self.vnni);
+        apply(
+            &layer.attention_out,
+            &work.quantized,
+            &mut work.x,
+            true,
+            false,
+        );
         math::layer_norm(
             &mut work.x,
             &layer.attention_norm.gain,
@@ -340,14 +388,9 @@ impl Bert {
         );
         work.quantized.quantize(&work.x, WIDTH);
         work.hidden.resize(tokens * INTERMEDIATE, 0.0);
-        layer
-            .up
-            .apply(&work.quantized, &mut work.hidden, false, self.vnni);
-        math::gelu(&mut work.hidden);
+        apply(&layer.up, &work.quantized, &mut work.hidden, false, true);
         work.quantized.quantize(&work.hidden, INTERMEDIATE);
-        layer
-            .down
-            .apply(&work.quantized, &mut work.x, true, self.vnni);
+        apply(&layer.down, &work.quantized, &mut work.x, true, false);
         math::layer_norm(&mut work.x, &layer.out_norm.gain, &layer.out_norm.bias);
     }
 }

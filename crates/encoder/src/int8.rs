@@ -263,6 +263,21 @@ impl QuantizedLinear {
 }
 
 impl QuantizedRows {
+    /// How many rows the buffer holds.
+    pub(crate) fn len(&self) -> usize {
+        self.scales.len()
+    }
+
+    /// A copy of the rows `rows` (within [`QuantizedRows::len`]), for another thread.
+    pub(crate) fn copy_rows(&self, rows: std::ops::Range<usize>) -> QuantizedRows {
+        QuantizedRows {
+            width: self.width,
+            data: self.data[rows.start * self.width..rows.end * self.width].to_vec(),
+            scales: self.scales[rows.clone()].to_vec(),
+            zeros: self.zeros[rows].to_vec(),
+        }
+    }
+
     /// Quantises `x`, rows of `width` floats, into this buffer (reused between layers).
     pub(crate) fn quantize(&mut self, x: &[f32], width: usize) {
         self.width = width;

@@ -17,6 +17,7 @@ mod bert;
 mod int8;
 #[allow(unsafe_code)]
 mod math;
+mod split;
 mod tokenizer;
 mod weights;
 
@@ -112,7 +113,7 @@ impl SentenceEncoder {
 
     /// The unit-length embedding of `text`.
     pub fn embed(&self, text: &str) -> Vec<f32> {
-        self.embed_batch(&[text]).pop().unwrap_or_default()
+        self.model.embed_one(self.tokenize(text))
     }
 
     /// The unit-length embedding of each text, in order; many texts at once run several

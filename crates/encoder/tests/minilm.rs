@@ -111,6 +111,22 @@ fn meaning_without_shared_words_lands_close() {
 }
 
 #[test]
+fn a_query_split_over_two_threads_is_the_same_vector() {
+    let encoder = encoder();
+    // Long enough that `embed` hands half of each layer's rows to a second thread; a batch
+    // of one runs every row on this one.
+    for text in [
+        "find me a vegan restaurant in Berlin that is open late on Sundays",
+        "take 9 away from 30",
+        "weather",
+    ] {
+        let split = encoder.embed(text);
+        let whole = encoder.embed_batch(&[text]).pop().unwrap();
+        assert_eq!(split, whole, "{text}");
+    }
+}
+
+#[test]
 fn sketches_are_unit_vectors_of_the_words_alone() {
     let encoder = encoder();
     let sketch = encoder.sketch("get_weather: Current conditions for a city.");
