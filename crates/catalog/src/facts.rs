@@ -34,9 +34,20 @@ pub(crate) fn facts_as_kind(query: &str) -> Cow<'_, str> {
         let token = tokens[i];
         if token.ends_with(':')
             && keeping_in_sentence(&tokens, i)
-            && tokens.get(i + 1).is_some_and(|next| opens_clause(next))
+            && tokens.get(i + 1).is_some_and(|next| {
+                // Whatever word follows, unless the colon ends a preposition or what follows is
+                // a file or a path ("save to: notes.txt" names where, not what).
+                opens_clause(next)
+                    || !(next.contains(['.', '/'])
+                        || matches!(
+                            bare(token).as_str(),
+                            "to" | "into" | "in" | "as" | "at" | "from"
+                        ))
+            })
         {
-            // "Note: Tom reports to Julia": the colon opens the fact, to the sentence's end.
+            // "Note: Tom reports to Julia", "note this insight: weekend sales double": after a
+            // verb of keeping, a colon opens the fact, to the sentence's end, whatever its
+            // first word (a "that" must open a clause, since "that" also points at a thing).
             let mut end = i + 1;
             while end < tokens.len() && !ends_sentence(tokens[end - 1]) {
                 end += 1;
@@ -348,6 +359,10 @@ mod tests {
         assert_eq!(
             facts_as_kind("please remember: my sister is called Julia"),
             "please remember: a fact"
+        );
+        assert_eq!(
+            facts_as_kind("note this business insight: weekend sales are twice weekday sales"),
+            "note this business insight: a fact"
         );
         assert_eq!(
             facts_as_kind("My brother Tom is a dentist. Please keep that in mind."),

@@ -526,6 +526,7 @@ const EVERYDAY_WORDS: &[(&str, &[&str])] = &[
     ("forget", &["delete", "memory"]),
     ("eras", &["delete"]),
     ("renam", &["move"]),
+    ("save", &["write"]),
     ("repeat", &["echo"]),
     ("bump", &["increase", "update"]),
     ("make", &["create"]),

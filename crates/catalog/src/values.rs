@@ -199,7 +199,9 @@ fn amount(token: &str) -> Option<&str> {
 }
 
 /// `query` with the kind of SQL statement it asks for said outright when it works on the rows
-/// of a table it names ("from the sales table", "to the customers table"): " (an INSERT
+/// of a table it names ("from the sales table", "to the customers table"), on rows it calls
+/// rows ("the rows with status cancelled", "a new row"), or asks how many of something a
+/// database holds: " (an INSERT
 /// query)" after adding, " (a DELETE query)" after deleting or removing, " (an UPDATE query)"
 /// after changing, and " (a SELECT query)" otherwise. People name the table and the rows;
 /// database tools name the statements, and without them the tools with "table" in their name
@@ -217,10 +219,17 @@ pub(crate) fn table_rows_as_words(query: &str) -> std::borrow::Cow<'_, str> {
             )
             && matches!(words[t - 3].as_str(), "from" | "to" | "in" | "into")
     });
+    let said = |verbs: &[&str]| words.iter().any(|w| verbs.contains(&w.as_str()));
+    let counting = words
+        .windows(2)
+        .any(|pair| pair[0] == "how" && pair[1] == "many");
+    // Rows named as rows ("the rows with status cancelled", "a new row"), and a count asked
+    // of a database, work on a table's rows as much as a table named by its name does.
+    let rows_of_a_table =
+        rows_of_a_table || said(&["row", "rows"]) || (counting && said(&["database", "db"]));
     if !rows_of_a_table {
         return std::borrow::Cow::Borrowed(query);
     }
-    let said = |verbs: &[&str]| words.iter().any(|w| verbs.contains(&w.as_str()));
     let statement = if said(&["add", "insert", "put", "append"]) {
         "an INSERT"
     } else if said(&["delete", "remove", "erase", "wipe"]) {
@@ -553,7 +562,17 @@ mod tests {
             table_rows_as_words("top 5 products by revenue from the sales table"),
             "top 5 products by revenue from the sales table (a SELECT query)"
         );
+        assert_eq!(
+            table_rows_as_words("wipe the rows with status cancelled out of orders"),
+            "wipe the rows with status cancelled out of orders (a DELETE query)"
+        );
+        assert_eq!(
+            table_rows_as_words("How many customers signed up in 2023? (database)"),
+            "How many customers signed up in 2023? (database) (a SELECT query)"
+        );
         for plain in [
+            "how many tables are there",
+            "back up the database",
             "what's the structure of the orders table",
             "list every table in the database",
             "make a table called invoices",
