@@ -3,18 +3,22 @@
 //! tools about 10 s on two cores); a sketch ([`TextEncoder::sketch`](crate::semantic::TextEncoder::sketch):
 //! the words' embeddings averaged, no layers) takes microseconds. So:
 //!
-//! 1. every tool is ranked as the fused ranking does, with sketches in place of vectors:
+//! 1. a sample gets its full vectors once per snapshot (cached, or encoded and saved):
+//!    [`SAMPLE`] tools spread evenly over the catalogue, whose cosines to the query give the
+//!    mean and spread of the query's cosine over the whole catalogue (an unbiased estimate, as
+//!    the fused ranking of a small catalogue takes it over every tool), and each server's share
+//!    of the sample (every tool of a small server), whose mean is the server's centroid for the
+//!    routing nudge: closeness from sketches lost recall;
+//! 2. every tool is ranked as the fused ranking does, with sketches in place of vectors:
 //!    BM25's bounded z-score, the sketches' cosine to the query's sketch as a z-score, and the
-//!    routing nudges worked out from the sketches;
-//! 2. the first [`SHORTLIST`] of that ranking, with an even sample of [`SAMPLE`] tools, get
-//!    their full vectors (cached, or encoded now and saved);
-//! 3. the shortlist is ranked by the fused score with the full cosine, as a z-score against
-//!    the sample's mean and spread (an unbiased estimate of the whole catalogue's, which the
-//!    fused ranking of a small catalogue uses), and the rest follow in their first-stage order.
+//!    routing nudges;
+//! 3. the first [`SHORTLIST`] of that ranking get their full vectors and are ranked by the
+//!    fused score with the full cosine as a z-score against the sample's mean and spread; the
+//!    rest follow in their first-stage order.
 //!
 //! The ranking is the same whether the vectors were cached or not: a catalogue over
 //! [`SHORTLIST_ABOVE`] tools is always ranked this way, and only the tools a search ever
-//! shortlists are ever encoded.
+//! shortlists or samples are ever encoded.
 
 use std::sync::{Arc, OnceLock};
 
