@@ -78,9 +78,9 @@ pub trait TextEncoder: Send + Sync {
 /// Cache key: SHA-256 of the encoded text.
 pub(crate) type Key = [u8; 32];
 
-/// The cache key of a tool's vector: the SHA-256 of its [`tool_text`].
-pub(crate) fn key_of(tool: &QualifiedTool) -> Key {
-    Sha256::digest(tool_text(tool)).into()
+/// The cache key of the vector of `text` (a tool's [`tool_text`]): its SHA-256.
+pub(crate) fn key_of(text: &str) -> Key {
+    Sha256::digest(text).into()
 }
 
 /// One vector per tool, in snapshot order.
@@ -150,7 +150,7 @@ impl SemanticRanker {
     fn vectors_within(&self, tools: &[QualifiedTool], budget: Duration) -> Option<ToolVectors> {
         let deadline = Instant::now().checked_add(budget);
         let texts: Vec<String> = tools.iter().map(tool_text).collect();
-        let keys: Vec<Key> = texts.iter().map(|t| Sha256::digest(t).into()).collect();
+        let keys: Vec<Key> = texts.iter().map(|t| key_of(t)).collect();
         loop {
             let missing: Vec<(Key, String)> = {
                 let known = self.lock();

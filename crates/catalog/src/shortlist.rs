@@ -93,18 +93,18 @@ impl Sampled {
 impl Sketches {
     /// The sketches of `tools`, or `None` when the ranker's encoder makes none.
     pub fn new(ranker: &SemanticRanker, tools: &[QualifiedTool]) -> Option<Sketches> {
-        let vectors = tools
-            .iter()
-            .map(|tool| {
-                ranker
-                    .sketch(&crate::semantic::tool_text(tool))
-                    .map(Arc::from)
-            })
-            .collect::<Option<Vec<Arc<[f32]>>>>()?;
+        let mut vectors: Vec<Arc<[f32]>> = Vec::with_capacity(tools.len());
+        let mut keys = Vec::with_capacity(tools.len());
+        for tool in tools {
+            // One text per tool for both its sketch and its vector's cache key.
+            let text = crate::semantic::tool_text(tool);
+            vectors.push(Arc::from(ranker.sketch(&text)?));
+            keys.push(key_of(&text));
+        }
         let routing = Routing::new(tools, &vectors);
         Some(Sketches {
             vectors,
-            keys: tools.iter().map(key_of).collect(),
+            keys,
             routing,
             sampled: OnceLock::new(),
         })
