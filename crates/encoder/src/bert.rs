@@ -5,7 +5,7 @@
 
 use crate::int8::{Layout, QuantizedLinear, QuantizedRows};
 use crate::math;
-use crate::split::{self, RowSplit};
+use crate::split::{self, OutputSplit};
 use crate::weights::TensorFile;
 
 /// Width of the hidden states.
@@ -270,7 +270,7 @@ impl Bert {
     fn embed_on<'a>(
         &'a self,
         sequences: &[Vec<u32>],
-        split: Option<&RowSplit<'a>>,
+        split: Option<&OutputSplit<'a>>,
     ) -> Vec<Vec<f32>> {
         // Each thread keeps its buffers between batches: a batch's few megabytes allocated
         // afresh each time cost page faults and zeroing (5% of an encoding, measured).
@@ -288,7 +288,7 @@ impl Bert {
         &'a self,
         sequences: &[Vec<u32>],
         work: &mut Workspace,
-        split: Option<&RowSplit<'a>>,
+        split: Option<&OutputSplit<'a>>,
     ) -> Vec<Vec<f32>> {
         let tokens: usize = sequences.iter().map(Vec::len).sum();
         work.x.clear();
@@ -337,7 +337,7 @@ impl Bert {
         layer: &'a Layer,
         sequences: &[Vec<u32>],
         work: &mut Workspace,
-        split: Option<&RowSplit<'a>>,
+        split: Option<&OutputSplit<'a>>,
     ) {
         // A linear layer, then GELU over its outputs when `gelu`.
         let apply = |linear: &'a QuantizedLinear,

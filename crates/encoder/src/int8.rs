@@ -9,7 +9,10 @@
 //! (which reads the weights laid out another way: [`Layout`]).
 
 /// Output columns per panel: four blocks of sixteen, the width of one VNNI accumulator each.
-const PANEL: usize = 64;
+pub(crate) const PANEL: usize = 64;
+
+/// The alignment of the packed weights: a cache line.
+const ALIGN: usize = 64;
 /// Bytes of weights per panel per group of four inputs.
 const PANEL_STEP: usize = PANEL * 4;
 /// Activation rows one kernel call works on (6 × 4 accumulators fit AVX-512's 32 registers).
@@ -46,8 +49,11 @@ pub(crate) struct QuantizedLinear {
     inputs: usize,
     outputs: usize,
     /// W in panels: for each 64 outputs, for each group of four inputs, 256 bytes in `layout`,
-    /// so a kernel reads each panel front to back.
+    /// so a kernel reads each panel front to back. They start at `start`, the first byte on a
+    /// 64-byte boundary: a large allocation starts 16 bytes past one, and then every other
+    /// 32-byte load of a kernel straddles two cache lines.
     packed: Vec<i8>,
+    start: usize,
     layout: Layout,
     /// W's scale per output row.
     scales: Vec<f32>,
@@ -55,6 +61,15 @@ pub(crate) struct QuantizedLinear {
     /// out of the integer sums.
     sums: Vec<i32>,
     bias: Vec<f32>,
+}
+
+/// Where a call's outputs go: the panels (64 outputs each) it computes, and how far apart
+/// the rows of its output buffer are.
+pub(crate) struct Outputs {
+    /// The panels computed, within [`QuantizedLinear::panels`].
+    pub(crate) panels: std::ops::Range<usize>,
+    /// Floats from one row's outputs to the next's.
+    pub(crate) stride: usize,
 }
 
 /// Activation rows quantised to u8: `x ≈ (q - zero) × scale`, per row.
@@ -87,7 +102,13 @@ impl QuantizedLinear {
             return Err(format!("{} biases for {outputs} outputs", bias.len()));
         }
         let groups = inputs / 4;
-        let mut packed = vec![0i8; outputs * inputs];
+        let mut packed = vec![0i8; outputs * inputs + ALIGN - 1];
+        // align_offset may answer usize::MAX where it cannot tell; unaligned is then correct,
+        // only slower.
+        let start = match packed.as_ptr().align_offset(ALIGN) {
+            offset if offset < ALIGN => offset,
+            _ => 0,
+        };
         let mut scales = Vec::with_capacity(outputs);
         let mut sums = Vec::with_capacity(outputs);
         let mut quantized = vec![0i8; inputs];
@@ -114,7 +135,7 @@ impl QuantizedLinear {
                             Layout::Quads => column * 4 + t,
                             Layout::Columns => t * PANEL + column,
                         };
-                        packed[base + at] = quantized[group * 4 + t];
+                        packed[start + base + at] = quantized[group * 4 + t];
                     }
                 }
             }
@@ -124,6 +145,7 @@ impl QuantizedLinear {
             inputs,
             outputs,
             packed,
+            start,
             layout,
             scales,
             sums,
@@ -136,69 +158,127 @@ impl QuantizedLinear {
         self.outputs
     }
 
+    /// The packed weights, from their aligned start.
+    fn weights(&self) -> &[i8] {
+        &self.packed[self.start..]
+    }
+
+    /// How many panels of 64 outputs the layer has.
+    pub(crate) fn panels(&self) -> usize {
+        self.outputs / PANEL
+    }
+
     /// `y = x Wᵀ + b` for every row of `x`, written into `y` (rows × outputs), or added to
     /// what `y` holds when `accumulate` (a residual connection). The VNNI kernel runs where the
     /// CPU has it and `vnni` allows it.
     pub(crate) fn apply(&self, x: &QuantizedRows, y: &mut [f32], accumulate: bool, vnni: bool) {
+        let out = Outputs {
+            panels: 0..self.panels(),
+            stride: self.outputs,
+        };
+        self.apply_panels(x, y, &out, accumulate, vnni);
+    }
+
+    /// [`QuantizedLinear::apply`] for the outputs of `out.panels` alone: output column `c`
+    /// of row `r` is `y[r × out.stride + c − out.panels.start × 64]`, so two threads can each
+    /// take half the panels, and each reads half the weights.
+    pub(crate) fn apply_panels(
+        &self,
+        x: &QuantizedRows,
+        y: &mut [f32],
+        out: &Outputs,
+        accumulate: bool,
+        vnni: bool,
+    ) {
         debug_assert_eq!(x.width, self.inputs);
-        debug_assert_eq!(y.len(), x.scales.len() * self.outputs);
+        debug_assert!(out.panels.end <= self.panels());
+        debug_assert!(
+            y.len() >= x.scales.len().saturating_sub(1) * out.stride + out.panels.len() * PANEL
+        );
         if self.layout == Layout::Columns {
-            self.apply_with(x, y, accumulate, |x, width, count, weights, _, sums| {
-                portable_panel(x, width, count, weights, sums)
-            });
+            self.apply_with(
+                x,
+                y,
+                out,
+                accumulate,
+                |x, width, count, weights, _, sums| portable_panel(x, width, count, weights, sums),
+            );
             return;
         }
         #[cfg(target_arch = "x86_64")]
         if vnni && has_vnni() {
             // SAFETY: has_vnni() saw the CPU features the function is compiled for.
-            unsafe { self.apply_vnni(x, y, accumulate) };
+            unsafe { self.apply_vnni(x, y, out, accumulate) };
             return;
         }
         #[cfg(target_arch = "x86_64")]
         if vnni && has_avx_vnni() {
             // SAFETY: as above.
-            unsafe { self.apply_avx_vnni(x, y, accumulate) };
+            unsafe { self.apply_avx_vnni(x, y, out, accumulate) };
             return;
         }
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             // SAFETY: as above.
-            unsafe { self.apply_avx2(x, y, accumulate) };
+            unsafe { self.apply_avx2(x, y, out, accumulate) };
             return;
         }
         // Quads on a CPU without AVX2 (only when asked for): the sums, slowly.
-        self.apply_with(x, y, accumulate, |x, width, count, weights, _, sums| {
-            quads_panel(x, width, count, weights, sums)
-        });
+        self.apply_with(
+            x,
+            y,
+            out,
+            accumulate,
+            |x, width, count, weights, _, sums| quads_panel(x, width, count, weights, sums),
+        );
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn apply_vnni(&self, x: &QuantizedRows, y: &mut [f32], accumulate: bool) {
-        self.apply_with(x, y, accumulate, |x, width, count, weights, _, sums| {
-            // SAFETY: apply() saw the features; apply_with passes `count` rows of `width`
-            // bytes and a whole panel.
-            unsafe { vnni::panel(x, width, count, weights, sums) }
-        });
+    unsafe fn apply_vnni(&self, x: &QuantizedRows, y: &mut [f32], out: &Outputs, accumulate: bool) {
+        self.apply_with(
+            x,
+            y,
+            out,
+            accumulate,
+            |x, width, count, weights, _, sums| {
+                // SAFETY: apply() saw the features; apply_with passes `count` rows of `width`
+                // bytes and a whole panel.
+                unsafe { vnni::panel(x, width, count, weights, sums) }
+            },
+        );
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,avxvnni")]
-    unsafe fn apply_avx_vnni(&self, x: &QuantizedRows, y: &mut [f32], accumulate: bool) {
-        self.apply_with(x, y, accumulate, |x, width, count, weights, _, sums| {
-            // SAFETY: apply() saw the features; apply_with passes `count` rows of `width`
-            // bytes and a whole panel.
-            unsafe { avx_vnni::panel(x, width, count, weights, sums) }
-        });
+    unsafe fn apply_avx_vnni(
+        &self,
+        x: &QuantizedRows,
+        y: &mut [f32],
+        out: &Outputs,
+        accumulate: bool,
+    ) {
+        self.apply_with(
+            x,
+            y,
+            out,
+            accumulate,
+            |x, width, count, weights, _, sums| {
+                // SAFETY: apply() saw the features; apply_with passes `count` rows of `width`
+                // bytes and a whole panel.
+                unsafe { avx_vnni::panel(x, width, count, weights, sums) }
+            },
+        );
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn apply_avx2(&self, x: &QuantizedRows, y: &mut [f32], accumulate: bool) {
+    unsafe fn apply_avx2(&self, x: &QuantizedRows, y: &mut [f32], out: &Outputs, accumulate: bool) {
         self.apply_with(
             x,
             y,
+            out,
             accumulate,
             |x, width, count, weights, w_sums, sums| {
                 // SAFETY: apply() saw the features; apply_with passes `count` rows of `width`
@@ -208,22 +288,25 @@ impl QuantizedLinear {
         );
     }
 
-    /// The panels in turn, each over every row six at a time, then each sum scaled back to f32
-    /// with the bias: inlined into each CPU's variant so the scaling vectorises for it too.
+    /// The panels of `out` in turn, each over every row six at a time, then each sum scaled
+    /// back to f32 with the bias: inlined into each CPU's variant so the scaling vectorises
+    /// for it too.
     #[inline(always)]
     fn apply_with(
         &self,
         x: &QuantizedRows,
         y: &mut [f32],
+        out: &Outputs,
         accumulate: bool,
         kernel: impl Fn(&[u8], usize, usize, &[i8], &[i32; PANEL], &mut [[i32; PANEL]; ROWS]),
     ) {
         let rows = x.scales.len();
         let groups = self.inputs / 4;
         let mut sums = [[0i32; PANEL]; ROWS];
-        for panel in 0..self.outputs / PANEL {
+        let first_column = out.panels.start * PANEL;
+        for panel in out.panels.clone() {
             let weights =
-                &self.packed[panel * groups * PANEL_STEP..(panel + 1) * groups * PANEL_STEP];
+                &self.weights()[panel * groups * PANEL_STEP..(panel + 1) * groups * PANEL_STEP];
             let columns = panel * PANEL..(panel + 1) * PANEL;
             let (Ok(w_sums), Ok(w_scales), Ok(bias)) = (
                 <&[i32; PANEL]>::try_from(&self.sums[columns.clone()]),
@@ -240,18 +323,20 @@ impl QuantizedLinear {
                 for (r, row_sums) in sums.iter().enumerate().take(count) {
                     let row = first + r;
                     let (x_scale, zero) = (x.scales[row], x.zeros[row]);
-                    let at = row * self.outputs + columns.start;
-                    let Ok(out) = <&mut [f32; PANEL]>::try_from(&mut y[at..at + PANEL]) else {
+                    let at = row * out.stride + columns.start - first_column;
+                    let Some(Ok(row_out)) =
+                        y.get_mut(at..at + PANEL).map(<&mut [f32; PANEL]>::try_from)
+                    else {
                         continue;
                     };
                     if accumulate {
                         for c in 0..PANEL {
-                            out[c] += ((row_sums[c] - zero * w_sums[c]) as f32)
+                            row_out[c] += ((row_sums[c] - zero * w_sums[c]) as f32)
                                 .mul_add(x_scale * w_scales[c], bias[c]);
                         }
                     } else {
                         for c in 0..PANEL {
-                            out[c] = ((row_sums[c] - zero * w_sums[c]) as f32)
+                            row_out[c] = ((row_sums[c] - zero * w_sums[c]) as f32)
                                 .mul_add(x_scale * w_scales[c], bias[c]);
                         }
                     }
@@ -700,6 +785,41 @@ mod tests {
         assert_eq!(plain[..6], [127, 3, -3, 1, -1, 127]);
     }
 
+    /// Half the panels into a narrower buffer are the same numbers as those columns of the
+    /// whole layer, and the packed weights start on a cache line.
+    #[test]
+    fn some_panels_alone_are_those_columns_of_the_whole() {
+        let (outputs, inputs, rows) = (192, 64, 5);
+        let weight: Vec<f32> = (0..outputs * inputs)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+            .collect();
+        let read = |first: usize, count: usize| {
+            Ok(weight[first * inputs..(first + count) * inputs].to_vec())
+        };
+        let bias: Vec<f32> = (0..outputs).map(|i| i as f32 / 100.0).collect();
+        let layer = QuantizedLinear::new(outputs, inputs, bias, Layout::Quads, read).unwrap();
+        assert_eq!(layer.weights().as_ptr().align_offset(ALIGN), 0);
+        let x: Vec<f32> = (0..rows * inputs)
+            .map(|i| (i as f32 * 0.21).cos())
+            .collect();
+        let mut q = QuantizedRows::default();
+        q.quantize(&x, inputs);
+        let mut whole = vec![0f32; rows * outputs];
+        layer.apply(&q, &mut whole, false, true);
+        let tail = Outputs {
+            panels: 1..3,
+            stride: 2 * PANEL,
+        };
+        let mut part = vec![0f32; rows * tail.stride];
+        layer.apply_panels(&q, &mut part, &tail, false, true);
+        for (w, p) in whole
+            .chunks_exact(outputs)
+            .zip(part.chunks_exact(tail.stride))
+        {
+            assert_eq!(&w[PANEL..], p);
+        }
+    }
+
     /// The AVX2 kernel's i16 pair sums must not saturate at the extremes (inputs 0 and 255,
     /// weights ±127 of one sign), for any count of rows it is given.
     #[test]
@@ -738,9 +858,9 @@ mod tests {
         let w_sums = <&[i32; PANEL]>::try_from(&layer.sums[..PANEL]).unwrap();
         for count in 1..=ROWS {
             let (mut plain, mut fast) = ([[0i32; PANEL]; ROWS], [[0i32; PANEL]; ROWS]);
-            quads_panel(&data, inputs, count, &layer.packed, &mut plain);
+            quads_panel(&data, inputs, count, layer.weights(), &mut plain);
             // SAFETY: the feature was detected; `data` holds six rows and the panel is whole.
-            unsafe { avx2::panel(&data, inputs, count, &layer.packed, w_sums, &mut fast) };
+            unsafe { avx2::panel(&data, inputs, count, layer.weights(), w_sums, &mut fast) };
             assert_eq!(plain[..count], fast[..count], "{count} rows");
         }
     }
@@ -770,10 +890,10 @@ mod tests {
         layer.apply(&q, &mut y, false, true);
         let mut portable = vec![[[0i32; PANEL]; ROWS]; 2];
         let groups = inputs / 4;
-        let weights = &layer.packed[..groups * PANEL_STEP];
+        let weights = &layer.weights()[..groups * PANEL_STEP];
         quads_panel(&q.data[..6 * inputs], inputs, 6, weights, &mut portable[0]);
         let mut other = [[0i32; PANEL]; ROWS];
-        let column_weights = &columns.packed[..groups * PANEL_STEP];
+        let column_weights = &columns.weights()[..groups * PANEL_STEP];
         portable_panel(&q.data[..6 * inputs], inputs, 6, column_weights, &mut other);
         assert_eq!(portable[0], other, "the two layouts' plain sums differ");
         let mut from_columns = vec![0.0; rows * outputs];

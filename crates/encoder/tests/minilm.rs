@@ -113,8 +113,8 @@ fn meaning_without_shared_words_lands_close() {
 #[test]
 fn a_query_split_over_two_threads_is_the_same_vector() {
     let encoder = encoder();
-    // Long enough that `embed` hands half of each layer's rows to a second thread; a batch
-    // of one runs every row on this one.
+    // `embed` hands half of each layer's outputs to a second thread (from two tokens); a
+    // batch of one runs them all on this one.
     for text in [
         "find me a vegan restaurant in Berlin that is open late on Sundays",
         "take 9 away from 30",
