@@ -255,11 +255,11 @@ impl Bert {
         self.embed_on(sequences, None)
     }
 
-    /// [`Bert::embed`] of one sequence, its linear layers on two threads where the CPU has
-    /// more than one core (`split`): a query, which someone waits for.
-    pub(crate) fn embed_one(&self, sequence: Vec<u32>) -> Vec<f32> {
+    /// [`Bert::embed`] of one sequence, its linear layers on two threads when `two_threads`
+    /// (`split`): a query, which someone waits for.
+    pub(crate) fn embed_one(&self, sequence: Vec<u32>, two_threads: bool) -> Vec<f32> {
         let sequences = [sequence];
-        let vectors = if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+        let vectors = if two_threads {
             split::with_second_thread(|split| self.embed_on(&sequences, Some(split)))
         } else {
             self.embed_on(&sequences, None)

@@ -63,13 +63,15 @@ pub(crate) struct QuantizedLinear {
     bias: Vec<f32>,
 }
 
-/// Where a call's outputs go: the panels (64 outputs each) it computes, and how far apart
-/// the rows of its output buffer are.
+/// Where a call's outputs go: the panels (64 outputs each) it computes, how far apart the
+/// rows of its output buffer are, and where in a row the first panel's outputs go.
 pub(crate) struct Outputs {
     /// The panels computed, within [`QuantizedLinear::panels`].
     pub(crate) panels: std::ops::Range<usize>,
     /// Floats from one row's outputs to the next's.
     pub(crate) stride: usize,
+    /// The place in a row of the first panel's first output.
+    pub(crate) offset: usize,
 }
 
 /// Activation rows quantised to u8: `x ≈ (q - zero) × scale`, per row.
@@ -175,13 +177,14 @@ impl QuantizedLinear {
         let out = Outputs {
             panels: 0..self.panels(),
             stride: self.outputs,
+            offset: 0,
         };
         self.apply_panels(x, y, &out, accumulate, vnni);
     }
 
     /// [`QuantizedLinear::apply`] for the outputs of `out.panels` alone: output column `c`
-    /// of row `r` is `y[r × out.stride + c − out.panels.start × 64]`, so two threads can each
-    /// take half the panels, and each reads half the weights.
+    /// of row `r` is `y[r × out.stride + out.offset + c − out.panels.start × 64]`, so two
+    /// threads can each take some of the panels, and each reads only their weights.
     pub(crate) fn apply_panels(
         &self,
         x: &QuantizedRows,
@@ -323,7 +326,7 @@ impl QuantizedLinear {
                 for (r, row_sums) in sums.iter().enumerate().take(count) {
                     let row = first + r;
                     let (x_scale, zero) = (x.scales[row], x.zeros[row]);
-                    let at = row * out.stride + columns.start - first_column;
+                    let at = row * out.stride + out.offset + columns.start - first_column;
                     let Some(Ok(row_out)) =
                         y.get_mut(at..at + PANEL).map(<&mut [f32; PANEL]>::try_from)
                     else {
@@ -809,6 +812,7 @@ mod tests {
         let tail = Outputs {
             panels: 1..3,
             stride: 2 * PANEL,
+            offset: 0,
         };
         let mut part = vec![0f32; rows * tail.stride];
         layer.apply_panels(&q, &mut part, &tail, false, true);

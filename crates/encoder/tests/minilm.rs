@@ -120,9 +120,40 @@ fn a_query_split_over_two_threads_is_the_same_vector() {
         "take 9 away from 30",
         "weather",
     ] {
-        let split = encoder.embed(text);
+        let split = encoder.embed_on_two_threads(text);
         let whole = encoder.embed_batch(&[text]).pop().unwrap();
         assert_eq!(split, whole, "{text}");
+        assert_eq!(encoder.embed(text), whole, "{text}");
+    }
+}
+
+/// Beside threads that keep every core busy, the second thread is preempted inside its
+/// chunks, and this one does them itself and drops the late copies: still the same vector.
+#[test]
+fn a_query_split_beside_busy_cores_is_the_same_vector() {
+    let encoder = encoder();
+    let text = "find me a vegan restaurant in Berlin that is open late on Sundays";
+    let whole = encoder.embed_batch(&[text]).pop().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let busy: Vec<_> = (0..cores)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+            })
+        })
+        .collect();
+    let vectors: Vec<Vec<f32>> = (0..30)
+        .map(|_| encoder.embed_on_two_threads(text))
+        .collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    busy.into_iter().for_each(|t| t.join().unwrap());
+    for vector in vectors {
+        assert_eq!(vector, whole);
     }
 }
 
