@@ -61,7 +61,8 @@ use crate::call_policy::{
     this_turn_text, with_system_note, without_server_instructions,
 };
 use crate::decoding::{
-    call_draft, continue_decoding, evaluate_shared, grammar_token, queue, shared_levels,
+    call_draft, continue_decoding, evaluate_shared, grammar_token, prompt_level, queue,
+    shared_levels,
 };
 use crate::grammar::tool_call_grammar;
 use crate::kept::{KeptContext, MIN_CONTEXT};
@@ -395,8 +396,11 @@ fn generate<'m>(
     let context_size = context.n_ctx();
     let mut batch = LlamaBatch::new(batch_size, 1);
     let made = started.elapsed();
-    let levels = shared_levels(engine, prepared, &tokens);
+    let mut levels = shared_levels(engine, prepared, &tokens);
     let shared = levels.last().copied().unwrap_or(0);
+    if let Some(level) = prompt_level(&levels, &tokens) {
+        levels.push(level);
+    }
     let (start, restored) = evaluate_shared(
         engine,
         &mut context,
@@ -586,6 +590,7 @@ fn generate<'m>(
         shared_tokens = shared,
         held_tokens = held,
         restored,
+        evaluated_from = start,
         drafted = drafted_count,
         confirmed = confirmed_count,
         context_ms = made.as_millis() as u64,

@@ -638,6 +638,23 @@ fn embedded_model_answers_the_same_from_its_prompt_cache() {
     let (second, restored, evaluated) = run();
     assert_eq!((restored, evaluated), (2, 0));
     assert_eq!(second, first);
+    // The same question again restores its whole prompt but the last token.
+    let (code, _, stderr) = run_json_with(
+        &dir,
+        "Read notes.txt for me.",
+        &["-vv"],
+        &[("TETHER_PROMPT_CACHE", cache.as_os_str())],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let call = stderr
+        .lines()
+        .find(|line| line.contains("embedded model timing"))
+        .unwrap_or_else(|| panic!("no timing: {stderr}"));
+    assert_eq!(
+        field(call, "evaluated_from") + 1,
+        field(call, "prompt_tokens"),
+        "{call}"
+    );
 
     // Every entry broken: cut short, or not a state file at all.
     for (i, stored) in entries().iter().enumerate() {
