@@ -527,6 +527,8 @@ const EVERYDAY_WORDS: &[(&str, &[&str])] = &[
     ("eras", &["delete"]),
     ("renam", &["move"]),
     ("save", &["write"]),
+    ("typo", &["edit"]),
+    ("mind", &["memory", "remember"]),
     ("repeat", &["echo"]),
     ("bump", &["increase", "update"]),
     ("make", &["create"]),

@@ -100,11 +100,44 @@ pub(crate) fn operators_as_words(query: &str) -> std::borrow::Cow<'_, str> {
 /// `query` with its arithmetic in words: signs read out ([`operators_as_words`]) and a
 /// product a word problem describes without a sign ([`products_as_words`]).
 pub(crate) fn arithmetic_as_words(query: &str) -> std::borrow::Cow<'_, str> {
-    match operators_as_words(query) {
+    let spoken = match operators_as_words(query) {
         std::borrow::Cow::Borrowed(query) => products_as_words(query),
         std::borrow::Cow::Owned(spoken) => {
             std::borrow::Cow::Owned(products_as_words(&spoken).into_owned())
         }
+    };
+    match spoken {
+        std::borrow::Cow::Borrowed(query) => remainders_as_words(query),
+        changed => changed,
+    }
+}
+
+/// `query` with the difference a word problem asks for said outright after it: "I had 500
+/// dollars and spent 137, how much is left?" (" (500 minus 137)"), "40 pages, read 12, how
+/// many remain". What is left of an amount is a subtraction, which people ask for without a
+/// sign or "minus", and the numbers alone bring the sum to mind. Only with two amounts and a
+/// question of what is left or remains, not when it shares or splits (a quotient); the
+/// query's own text otherwise.
+pub(crate) fn remainders_as_words(query: &str) -> std::borrow::Cow<'_, str> {
+    let words = token_words(query);
+    if words
+        .iter()
+        .any(|w| SHARING.iter().any(|s| w.starts_with(s)))
+    {
+        return std::borrow::Cow::Borrowed(query);
+    }
+    let how_much = words
+        .windows(2)
+        .any(|pair| pair[0] == "how" && matches!(pair[1].as_str(), "much" | "many"));
+    let left = words.iter().enumerate().any(|(i, w)| {
+        w.starts_with("remain")
+            || w == "leftover"
+            || (w == "left" && (how_much || words.get(i + 1).is_some_and(|n| n == "over")))
+    });
+    let amounts: Vec<&str> = query.split_whitespace().filter_map(amount).collect();
+    match (left, amounts.as_slice()) {
+        (true, [a, b, ..]) => std::borrow::Cow::Owned(format!("{query} ({a} minus {b})")),
+        _ => std::borrow::Cow::Borrowed(query),
     }
 }
 
@@ -247,8 +280,47 @@ pub(crate) fn table_rows_as_words(query: &str) -> std::borrow::Cow<'_, str> {
 
 /// `query` with "look for" and "look up" (in any tense) as "search for": a person looks for what
 /// tools search and find, while "look" alone, or "look at", asks to see something
-/// (`EVERYDAY_WORDS` reads it as read). The query's own text when it has no such phrase.
+/// (`EVERYDAY_WORDS` reads it as read); and "what's written in …" as "what's read in …"
+/// ([`written_as_read`]). The query's own text when it has no such phrase.
 pub(crate) fn phrasal_verbs_as_words(query: &str) -> std::borrow::Cow<'_, str> {
+    match written_as_read(query) {
+        std::borrow::Cow::Borrowed(query) => looking_as_search(query),
+        std::borrow::Cow::Owned(read) => {
+            std::borrow::Cow::Owned(looking_as_search(&read).into_owned())
+        }
+    }
+}
+
+/// `query` with "written" read as "read" where it asks what a thing holds: "what's written
+/// in CHANGELOG.md", "what is written on the label". The asker wants the contents read; the
+/// word "written" ranked the tools that write. The query's own text otherwise.
+fn written_as_read(query: &str) -> std::borrow::Cow<'_, str> {
+    let tokens: Vec<&str> = query.split_whitespace().collect();
+    let words = token_words(query);
+    let asked = |at: usize| {
+        words[at.saturating_sub(3)..at]
+            .iter()
+            .any(|w| matches!(w.as_str(), "what" | "what's" | "whats"))
+    };
+    let Some(at) = words.iter().enumerate().position(|(i, w)| {
+        w == "written"
+            && asked(i)
+            && words
+                .get(i + 1)
+                .is_some_and(|n| matches!(n.as_str(), "in" | "on" | "inside"))
+    }) else {
+        return std::borrow::Cow::Borrowed(query);
+    };
+    let out: Vec<&str> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, token)| if i == at { "read" } else { token })
+        .collect();
+    std::borrow::Cow::Owned(out.join(" "))
+}
+
+/// `query` with "look for" and "look up" as "search for" ([`phrasal_verbs_as_words`]).
+fn looking_as_search(query: &str) -> std::borrow::Cow<'_, str> {
     let tokens: Vec<&str> = query.split_whitespace().collect();
     let looking = |token: &str| {
         matches!(
@@ -416,6 +488,46 @@ fn file_words(extension: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_left_of_an_amount_is_a_difference() {
+        assert_eq!(
+            remainders_as_words("I had 500 dollars and spent 137, how much is left?"),
+            "I had 500 dollars and spent 137, how much is left? (500 minus 137)"
+        );
+        assert_eq!(
+            remainders_as_words("a 40 page book, I read 12, how many pages remain"),
+            "a 40 page book, I read 12, how many pages remain (40 minus 12)"
+        );
+        // Turning left, one amount, or a share is no difference.
+        for plain in [
+            "turn left after 200 meters and then 50 more",
+            "how much is left of 500?",
+            "split the 90 left among 4 friends, how much is left each",
+        ] {
+            assert_eq!(remainders_as_words(plain), plain);
+        }
+        // A product already read is not read again as a difference.
+        assert!(!arithmetic_as_words("6 boxes of 12 eggs, how many left").contains("minus"));
+    }
+
+    #[test]
+    fn what_is_written_in_a_thing_asks_to_read_it() {
+        assert_eq!(
+            phrasal_verbs_as_words("can you check what's written in CHANGELOG.md?"),
+            "can you check what's read in CHANGELOG.md?"
+        );
+        assert_eq!(
+            phrasal_verbs_as_words("what is written on the label"),
+            "what is read on the label"
+        );
+        for plain in [
+            "a poem written in 1850",
+            "who has written in the guest book",
+        ] {
+            assert_eq!(phrasal_verbs_as_words(plain), plain);
+        }
+    }
 
     #[test]
     fn file_names_and_addresses_are_values_and_numbers_are_not() {
