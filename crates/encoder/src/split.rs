@@ -14,9 +14,10 @@
 //! within about the time this thread takes for one is done here too, and its late copy is
 //! dropped: a thread preempted inside a chunk for a whole time slice holds up nothing.
 //!
-//! Each hand-over spins a little before it blocks: the gaps between layers (attention, a norm)
+//! Each hand-over polls a while before it blocks, yielding its core between polls (to a
+//! thread that shares it, if any): the gaps between layers (attention, a norm)
 //! are tens of microseconds, and waking a parked thread cost 40 µs on the machine this was
-//! measured on, against a few for a spinning one. Plain channels, atomics and copies, so no
+//! measured on, against a few for a polling one. Plain channels, atomics and copies, so no
 //! unsafe code: the copies are a few kilobytes a layer.
 
 use std::sync::Arc;
@@ -31,7 +32,8 @@ use crate::math;
 /// word), and one row is little more work than a handover.
 const SPLIT_ROWS: usize = 2;
 
-/// Polls of a channel before a blocking wait (about a hundred microseconds).
+/// Polls of a channel before a blocking wait, each after a yield of the core (a millisecond
+/// or two on an idle core).
 const SPINS: usize = 4096;
 
 /// Chunks a layer is cut into, at most: enough that the thread with a core to itself does
