@@ -75,7 +75,7 @@ pub(crate) struct Outputs {
 }
 
 /// Activation rows quantised to u8: `x ≈ (q - zero) × scale`, per row.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(crate) struct QuantizedRows {
     width: usize,
     data: Vec<u8>,
@@ -356,16 +356,6 @@ impl QuantizedRows {
         self.scales.len()
     }
 
-    /// A copy of the rows `rows` (within [`QuantizedRows::len`]), for another thread.
-    pub(crate) fn copy_rows(&self, rows: std::ops::Range<usize>) -> QuantizedRows {
-        QuantizedRows {
-            width: self.width,
-            data: self.data[rows.start * self.width..rows.end * self.width].to_vec(),
-            scales: self.scales[rows.clone()].to_vec(),
-            zeros: self.zeros[rows].to_vec(),
-        }
-    }
-
     /// Quantises `x`, rows of `width` floats, into this buffer (reused between layers).
     pub(crate) fn quantize(&mut self, x: &[f32], width: usize) {
         self.width = width;
@@ -552,6 +542,31 @@ mod avx_vnni;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
 
+/// A layer of `outputs` × `inputs` made-up weights and biases (in the `Quads` layout), and
+/// `rows` rows of made-up inputs quantised for it: the fixture of this module's tests and
+/// `split`'s.
+#[cfg(test)]
+pub(crate) fn test_layer_and_rows(
+    outputs: usize,
+    inputs: usize,
+    rows: usize,
+) -> (QuantizedLinear, QuantizedRows) {
+    let weight: Vec<f32> = (0..outputs * inputs)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+        .collect();
+    let read =
+        |first: usize, count: usize| Ok(weight[first * inputs..(first + count) * inputs].to_vec());
+    let bias: Vec<f32> = (0..outputs).map(|i| i as f32 / 100.0).collect();
+    let layer = QuantizedLinear::new(outputs, inputs, bias, Layout::Quads, read)
+        .expect("made-up weights fit the kernels");
+    let x: Vec<f32> = (0..rows * inputs)
+        .map(|i| (i as f32 * 0.21).cos())
+        .collect();
+    let mut q = QuantizedRows::default();
+    q.quantize(&x, inputs);
+    (layer, q)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -578,20 +593,8 @@ mod tests {
     #[test]
     fn some_panels_alone_are_those_columns_of_the_whole() {
         let (outputs, inputs, rows) = (192, 64, 5);
-        let weight: Vec<f32> = (0..outputs * inputs)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-            .collect();
-        let read = |first: usize, count: usize| {
-            Ok(weight[first * inputs..(first + count) * inputs].to_vec())
-        };
-        let bias: Vec<f32> = (0..outputs).map(|i| i as f32 / 100.0).collect();
-        let layer = QuantizedLinear::new(outputs, inputs, bias, Layout::Quads, read).unwrap();
+        let (layer, q) = test_layer_and_rows(outputs, inputs, rows);
         assert_eq!(layer.weights().as_ptr().align_offset(ALIGN), 0);
-        let x: Vec<f32> = (0..rows * inputs)
-            .map(|i| (i as f32 * 0.21).cos())
-            .collect();
-        let mut q = QuantizedRows::default();
-        q.quantize(&x, inputs);
         let mut whole = vec![0f32; rows * outputs];
         layer.apply(&q, &mut whole, false, true);
         let tail = Outputs {

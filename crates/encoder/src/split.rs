@@ -173,7 +173,7 @@ impl<'a> OutputSplit<'a> {
                 .jobs
                 .send(Job {
                     linear,
-                    rows: Arc::new(x.copy_rows(0..rows)),
+                    rows: Arc::new(x.clone()),
                     vnni,
                     gelu,
                     layer,
@@ -299,7 +299,6 @@ fn receive<T>(from: &Receiver<T>) -> Option<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::int8::Layout;
 
     /// How long the second thread sleeps before sending each chunk, in these tests.
     static DELAY_MICROS: AtomicUsize = AtomicUsize::new(0);
@@ -313,20 +312,8 @@ mod tests {
     /// [`LATE_AT_MOST`], and the outputs are the whole layer's, stored, added or through GELU.
     #[test]
     fn late_chunks_are_done_here_and_their_copies_dropped() {
-        let (outputs, inputs, rows) = (12 * PANEL, 1536, 8);
-        let weight: Vec<f32> = (0..outputs * inputs)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
-            .collect();
-        let read = |first: usize, count: usize| {
-            Ok(weight[first * inputs..(first + count) * inputs].to_vec())
-        };
-        let bias: Vec<f32> = (0..outputs).map(|i| i as f32 / 100.0).collect();
-        let layer = QuantizedLinear::new(outputs, inputs, bias, Layout::Quads, read).unwrap();
-        let x: Vec<f32> = (0..rows * inputs)
-            .map(|i| (i as f32 * 0.21).cos())
-            .collect();
-        let mut q = QuantizedRows::default();
-        q.quantize(&x, inputs);
+        let (outputs, rows) = (12 * PANEL, 8);
+        let (layer, q) = crate::int8::test_layer_and_rows(outputs, 1536, rows);
         let start: Vec<f32> = (0..rows * outputs).map(|i| i as f32 * 0.5).collect();
         let expected = |accumulate: bool, gelu: bool| {
             let mut y = start.clone();

@@ -595,6 +595,8 @@ fn embedded_model_answers_the_same_from_its_prompt_cache() {
         "The meeting is on Tuesday at ten, in the big room on the second floor.\n",
     )
     .unwrap();
+    // The timing line of the last run's call.
+    let last_call = std::cell::RefCell::new(None::<String>);
     let run_in = |cache: &std::path::Path| {
         let (code, events, stderr) = run_json_with(
             &dir,
@@ -621,6 +623,7 @@ fn embedded_model_answers_the_same_from_its_prompt_cache() {
         );
         let restored = stderr.matches("restored=true").count();
         let evaluated = stderr.matches("restored=false").count();
+        last_call.replace(Some(first_timing(&stderr)));
         (calls_and_answer(&events), restored, evaluated)
     };
     let run = || run_in(&cache);
@@ -639,20 +642,10 @@ fn embedded_model_answers_the_same_from_its_prompt_cache() {
     assert_eq!((restored, evaluated), (2, 0));
     assert_eq!(second, first);
     // The same question again restores its whole prompt but the last token.
-    let (code, _, stderr) = run_json_with(
-        &dir,
-        "Read notes.txt for me.",
-        &["-vv"],
-        &[("TETHER_PROMPT_CACHE", cache.as_os_str())],
-    );
-    assert_eq!(code, 0, "{stderr}");
-    let call = stderr
-        .lines()
-        .find(|line| line.contains("embedded model timing"))
-        .unwrap_or_else(|| panic!("no timing: {stderr}"));
+    let call = last_call.take().unwrap();
     assert_eq!(
-        field(call, "evaluated_from") + 1,
-        field(call, "prompt_tokens"),
+        field(&call, "evaluated_from") + 1,
+        field(&call, "prompt_tokens"),
         "{call}"
     );
 
@@ -691,12 +684,7 @@ fn embedded_model_reuses_the_shared_part_of_its_system_turn() {
             &[("TETHER_PROMPT_CACHE", cache.as_os_str())],
         );
         assert_eq!(code, 0, "{stderr}");
-        let timing = stderr
-            .lines()
-            .find(|line| line.contains("embedded model timing"))
-            .unwrap_or_else(|| panic!("no timing: {stderr}"))
-            .to_string();
-        (calls_and_answer(&events), timing)
+        (calls_and_answer(&events), first_timing(&stderr))
     };
     let (_, timing) = run_in("What is 10 + 20? Use the add tool.", &cache);
     assert!(timing.contains("restored=false"), "{timing}");
@@ -720,6 +708,15 @@ fn embedded_model_reports_a_short_result_without_writing_again() {
     assert_eq!(requests, 1, "only the call runs the model: {stderr}");
     let last = events.iter().find(|e| e["type"] == "turn_ended").unwrap();
     assert_eq!(last["text"], "The add tool returned: 30", "{last}");
+}
+
+/// The first request's timing line in a run's `-vv` log.
+fn first_timing(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find(|line| line.contains("embedded model timing"))
+        .unwrap_or_else(|| panic!("no timing: {stderr}"))
+        .to_string()
 }
 
 /// The number after `name=` in a log line.
