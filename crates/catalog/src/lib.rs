@@ -6,6 +6,7 @@
 //! `--tools` mode), and owns the approval policy and the tool pins so every front end enforces
 //! the same rules.
 
+mod arithmetic;
 pub mod catalog;
 mod facts;
 mod intent;

@@ -656,7 +656,7 @@ pub(crate) fn request_readings(query: &str) -> String {
     let facts = crate::facts::facts_as_kind(query);
     let facts = crate::facts::kept_by_you_as_words(&facts);
     let facts = crate::facts::retracted_as_words(&facts);
-    let spoken = crate::values::arithmetic_as_words(&facts);
+    let spoken = crate::arithmetic::arithmetic_as_words(&facts);
     crate::values::table_rows_as_words(&spoken).into_owned()
 }
 
