@@ -16,7 +16,8 @@
 //! nearly was, and a fifth (`user_phrasing_dev5.json`) once the fourth mostly was, and a sixth
 //! (`user_phrasing_dev6.json`) once the second to fifth nearly all were, and a seventh
 //! (`user_phrasing_dev7.json`) once the sixth was, and an eighth (`user_phrasing_dev8.json`) once
-//! the seventh nearly all was, and a ninth (`user_phrasing_dev9.json`) once the eighth all was.
+//! the seventh nearly all was, and a ninth (`user_phrasing_dev9.json`) once the eighth all was,
+//! and a tenth (`user_phrasing_dev10.json`) once the ninth nearly all was.
 //! Then 30 more such questions (`benches/fixtures/user_phrasing_heldout.json`), written after
 //! the lexical ranking last changed, before semantic ranking, and never tuned on.
 //!
@@ -293,8 +294,8 @@ fn phrased_questions(data: &Value) -> Vec<(String, Vec<String>)> {
 }
 
 /// A further set of user-phrased questions over the reference servers' tools, from a fixture
-/// that holds only questions: the second to ninth development sets
-/// (`user_phrasing_dev2.json` to `user_phrasing_dev9.json`) or the
+/// that holds only questions: the second to tenth development sets
+/// (`user_phrasing_dev2.json` to `user_phrasing_dev10.json`) or the
 /// held-out one (`user_phrasing_heldout.json`, written after the ranking was last changed and
 /// never tuned on).
 fn more_phrasing(file: &str) -> Vec<(String, Vec<String>)> {
@@ -524,6 +525,7 @@ fn main() {
     let seventh = more_phrasing("user_phrasing_dev7.json");
     let eighth = more_phrasing("user_phrasing_dev8.json");
     let ninth = more_phrasing("user_phrasing_dev9.json");
+    let tenth = more_phrasing("user_phrasing_dev10.json");
     let held_out = more_phrasing("user_phrasing_heldout.json");
     let mut mixed = reference.clone();
     mixed.push(ServerTools {
@@ -594,6 +596,13 @@ fn main() {
                 ninth.len()
             ),
             &ninth,
+        ),
+        (
+            format!(
+                "a tenth development set of {}, written 2026-11-28 before it was first ranked:",
+                tenth.len()
+            ),
+            &tenth,
         ),
         (
             format!(

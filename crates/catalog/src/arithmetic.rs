@@ -36,8 +36,9 @@ pub(crate) fn operators_as_words(query: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// `query` with its arithmetic in words: signs read out ([`operators_as_words`]) and a
-/// product a word problem describes without a sign ([`products_as_words`]).
+/// `query` with its arithmetic in words: signs read out ([`operators_as_words`]), and a
+/// product, difference or quotient a word problem describes without a sign
+/// ([`products_as_words`], [`remainders_as_words`], [`quotients_as_words`]).
 pub(crate) fn arithmetic_as_words(query: &str) -> std::borrow::Cow<'_, str> {
     let spoken = match operators_as_words(query) {
         std::borrow::Cow::Borrowed(query) => products_as_words(query),
@@ -46,9 +47,39 @@ pub(crate) fn arithmetic_as_words(query: &str) -> std::borrow::Cow<'_, str> {
         }
     };
     match spoken {
-        std::borrow::Cow::Borrowed(query) => remainders_as_words(query),
+        std::borrow::Cow::Borrowed(query) => match remainders_as_words(query) {
+            std::borrow::Cow::Borrowed(query) => quotients_as_words(query),
+            changed => changed,
+        },
         changed => changed,
     }
+}
+
+/// `query` with the quotient it asks for said outright after it: "how many times does 7 go
+/// into 343" (" (343 divided by 7)"), "12 fits into 150 how many times". How often one amount
+/// goes into another is a division, asked in the words of a schoolroom, with no sign and no
+/// "divided"; the numbers alone bring the sum to mind. Only an amount, then "go", "goes",
+/// "fit" or "fits" at most two words after it, then "into" or "in" and the second amount;
+/// the query's own text otherwise.
+pub(crate) fn quotients_as_words(query: &str) -> std::borrow::Cow<'_, str> {
+    let tokens: Vec<&str> = query.split_whitespace().collect();
+    let words = token_words(query);
+    let quotient = words.iter().enumerate().find_map(|(at, word)| {
+        if !matches!(word.as_str(), "go" | "goes" | "fit" | "fits") {
+            return None;
+        }
+        let into = words.get(at + 1)?;
+        if into != "into" && into != "in" {
+            return None;
+        }
+        let whole = amount(tokens.get(at + 2)?)?;
+        let part = tokens[at.saturating_sub(2)..at]
+            .iter()
+            .rev()
+            .find_map(|t| amount(t))?;
+        Some(format!("{query} ({whole} divided by {part})"))
+    });
+    quotient.map_or(std::borrow::Cow::Borrowed(query), std::borrow::Cow::Owned)
 }
 
 /// `query` with the difference a word problem asks for said outright after it: "I had 500
@@ -195,6 +226,25 @@ fn is_number(token: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn how_often_one_amount_goes_into_another_is_a_quotient() {
+        assert_eq!(
+            quotients_as_words("how many times does 7 go into 343"),
+            "how many times does 7 go into 343 (343 divided by 7)"
+        );
+        assert_eq!(
+            arithmetic_as_words("12 fits into 150 how many times?"),
+            "12 fits into 150 how many times? (150 divided by 12)"
+        );
+        for plain in [
+            "how many people fit into the room",
+            "does the 7 train go into Manhattan",
+            "go into the folder 2024 and list it",
+        ] {
+            assert_eq!(quotients_as_words(plain), plain);
+        }
+    }
 
     #[test]
     fn what_is_left_of_an_amount_is_a_difference() {

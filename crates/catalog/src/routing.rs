@@ -56,6 +56,37 @@ const ONE_SERVER_AT_MOST: usize = 3;
 /// as before up to 3.5; docs/decisions.md).
 const ROOM_MARGIN: f64 = 3.0;
 
+/// Words that are pronouns in a sentence ("forget everything you know") before they are a
+/// server's name: such a name counts as said only as a name ([`names_server`]).
+const PRONOUNS: &[&str] = &[
+    "everything",
+    "anything",
+    "something",
+    "nothing",
+    "all",
+    "this",
+    "that",
+    "it",
+];
+
+/// Whether the query's `words` name the server called `name` (its words): the name's words
+/// in a row, and a name that is also a pronoun ("everything") only as a name: after "the" or
+/// before "server", "mcp" or a possessive ("the everything server", "everything's echo").
+fn names_server(words: &[String], name: &[String]) -> bool {
+    if name.is_empty() {
+        return false;
+    }
+    let pronoun = matches!(name, [one] if PRONOUNS.contains(&one.as_str()));
+    words.windows(name.len()).enumerate().any(|(at, w)| {
+        w == name
+            && (!pronoun
+                || (at > 0 && words[at - 1] == "the")
+                || words
+                    .get(at + name.len())
+                    .is_some_and(|next| matches!(next.as_str(), "server" | "mcp" | "s")))
+    })
+}
+
 /// The kinds of value `tool` takes, read from its parameters' names.
 pub(crate) fn kinds_taken(tool: &QualifiedTool) -> Vec<ValueKind> {
     let mut kinds = Vec::new();
@@ -190,7 +221,7 @@ impl Routing {
         let server_named: Vec<bool> = self
             .server_names
             .iter()
-            .map(|name| !name.is_empty() && words.windows(name.len()).any(|w| w == &name[..]))
+            .map(|name| names_server(&words, name))
             .collect();
         for (slot, server) in nudge.iter_mut().zip(&self.server_of) {
             if server_named.get(*server).copied().unwrap_or(false) {
@@ -332,6 +363,32 @@ mod tests {
         // Two servers say nothing about which is closer.
         let two = Routing::new(&tools[..3], &vectors[..3]);
         assert_eq!(two.nudges("open it", &dense[..3]), vec![0.0; 3]);
+    }
+
+    #[test]
+    fn a_server_named_for_a_pronoun_is_named_only_as_a_name() {
+        let words = |q: &str| words_of(q);
+        let everything = vec!["everything".to_string()];
+        assert!(!names_server(
+            &words("forget everything you know about X"),
+            &everything
+        ));
+        assert!(!names_server(&words("is everything fine?"), &everything));
+        assert!(names_server(
+            &words("ask the everything server to echo hi"),
+            &everything
+        ));
+        assert!(names_server(&words("use everything's echo"), &everything));
+        assert!(names_server(
+            &words("everything server env vars"),
+            &everything
+        ));
+        // Other names count wherever they are said.
+        let memory = vec!["memory".to_string()];
+        assert!(names_server(
+            &words("note in memory that Bob left"),
+            &memory
+        ));
     }
 
     fn hit(index: usize, score: f64) -> Hit {

@@ -650,14 +650,16 @@ pub fn split_identifiers(text: &str) -> Vec<String> {
 }
 
 /// `query` as both rankings read it: a fact it reports as "a fact", what it asks the assistant
-/// about what it keeps, a fact true no longer, a word problem's product and a named table's
-/// rows said outright (`facts`, `values`). Each ranking then reads values its own way.
+/// about what it keeps, a fact true no longer, a word problem's arithmetic, a named table's
+/// rows and a change to a named file said outright (`facts`, `arithmetic`, `values`). Each
+/// ranking then reads values its own way.
 pub(crate) fn request_readings(query: &str) -> String {
     let facts = crate::facts::facts_as_kind(query);
     let facts = crate::facts::kept_by_you_as_words(&facts);
     let facts = crate::facts::retracted_as_words(&facts);
     let spoken = crate::arithmetic::arithmetic_as_words(&facts);
-    crate::values::table_rows_as_words(&spoken).into_owned()
+    let rows = crate::values::table_rows_as_words(&spoken);
+    crate::values::file_edits_as_words(&rows).into_owned()
 }
 
 /// The lower-cased words of `text` as written, split at every character that is not a letter

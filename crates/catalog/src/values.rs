@@ -79,6 +79,34 @@ pub(crate) fn token_words(query: &str) -> Vec<String> {
         .collect()
 }
 
+/// `query` with " (an edit of the file)" after it when it names a file and asks to change,
+/// replace or fix something in it: "in settings.toml change port = 8080 to port = 9090",
+/// "replace foo with bar in main.py". People say what the new text is; the tool that does
+/// it says "edits" and "line sequences", which no such request writes. Not when it renames or
+/// moves the file, or writes, saves or creates one; the query's own text otherwise.
+pub(crate) fn file_edits_as_words(query: &str) -> std::borrow::Cow<'_, str> {
+    let words = token_words(query);
+    let said = |verbs: &[&str]| words.iter().any(|w| verbs.contains(&w.as_str()));
+    let editing = said(&[
+        "change",
+        "replace",
+        "swap",
+        "fix",
+        "correct",
+        "substitute",
+        "modify",
+        "tweak",
+    ]);
+    let elsewhere = said(&[
+        "rename", "name", "move", "write", "save", "create", "new", "copy",
+    ]);
+    if editing && !elsewhere && kinds_named(query).contains(&ValueKind::Path) {
+        std::borrow::Cow::Owned(format!("{query} (an edit of the file)"))
+    } else {
+        std::borrow::Cow::Borrowed(query)
+    }
+}
+
 /// `query` with the kind of SQL statement it asks for said outright when it works on the rows
 /// of a table it names ("from the sales table", "to the customers table"), on rows it calls
 /// rows ("the rows with status cancelled", "a new row"), or asks how many of something a
@@ -389,6 +417,23 @@ mod tests {
             "1:5",
         ] {
             assert!(kinds_named(plain).is_empty(), "{plain}");
+        }
+    }
+
+    #[test]
+    fn a_change_in_a_named_file_is_an_edit() {
+        assert_eq!(
+            file_edits_as_words("in settings.toml change port = 8080 to port = 9090"),
+            "in settings.toml change port = 8080 to port = 9090 (an edit of the file)"
+        );
+        assert!(file_edits_as_words("replace foo with bar in main.py").ends_with("file)"));
+        for plain in [
+            "change the name of a.txt to b.txt",
+            "change the port to 9090",
+            "fix the flaky test",
+            "save the fixed list to notes.txt",
+        ] {
+            assert_eq!(file_edits_as_words(plain), plain);
         }
     }
 
