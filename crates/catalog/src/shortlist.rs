@@ -46,7 +46,10 @@ const PER_SERVER: usize = 2;
 /// sketches: made once per snapshot; the sample's vectors on its first search.
 #[derive(Debug)]
 pub struct Sketches {
-    vectors: Vec<Arc<[f32]>>,
+    /// Every tool's sketch, one after another, `width` floats each: one block read straight
+    /// through by every search (scattered, they took a fifth of a millisecond more).
+    vectors: Vec<f32>,
+    width: usize,
     keys: Vec<Key>,
     routing: Routing,
     sampled: OnceLock<Sampled>,
@@ -102,8 +105,16 @@ impl Sketches {
             keys.push(key_of(&text));
         }
         let routing = Routing::new(tools, &vectors);
+        let width = vectors.first().map_or(0, |v| v.len());
+        // Sketches of one encoder share its width; each is cut or padded to it all the same,
+        // so that a tool's sketch is always at its index.
+        let mut flat = Vec::with_capacity(width * vectors.len());
+        for vector in &vectors {
+            flat.extend((0..width).map(|i| vector.get(i).copied().unwrap_or(0.0)));
+        }
         Some(Sketches {
-            vectors,
+            vectors: flat,
+            width,
             keys,
             routing,
             sampled: OnceLock::new(),
@@ -161,7 +172,7 @@ pub fn rank(
     let (z_bm25, exact) = lexical_z(&lexical, n);
     let rough: Vec<f64> = sketches
         .vectors
-        .iter()
+        .chunks_exact(sketches.width.max(1))
         .map(|v| cosine(v, &query_sketch))
         .collect();
     let z_rough = z_scores(&rough);

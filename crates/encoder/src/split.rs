@@ -261,12 +261,14 @@ fn place(done: &Done, chunks: Chunks, width: usize, accumulate: bool, y: &mut [f
 
 /// Whether a second core is free for a query: the cores less the other tasks running now
 /// (the fourth field of `/proc/loadavg`, less this thread), two or more. One read, about ten
-/// microseconds: beside a job that keeps a core busy, a second thread only takes turns with
+/// microseconds, and the cores counted once per process: beside a job that keeps a core busy, a second thread only takes turns with
 /// it, and a thread that polls looks like a job too, so the scheduler may put this one beside
 /// the busy job instead (a query took 4.5–6.8 ms that way, 4 ms on one thread). Where the
 /// file cannot be read (not Linux), the cores are taken to be free.
 pub(crate) fn second_core_free() -> bool {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // The cores are asked for once: the answer reads cgroup files, tens of microseconds.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let others = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|load| running_in_loadavg(&load))
