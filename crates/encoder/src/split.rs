@@ -261,20 +261,35 @@ fn place(done: &Done, chunks: Chunks, width: usize, accumulate: bool, y: &mut [f
 
 /// Whether a second core is free for a query: the cores less the other tasks running now
 /// (the fourth field of `/proc/loadavg`, less this thread), two or more. One read, about ten
-/// microseconds, and the cores counted once per process: beside a job that keeps a core busy, a second thread only takes turns with
-/// it, and a thread that polls looks like a job too, so the scheduler may put this one beside
-/// the busy job instead (a query took 4.5–6.8 ms that way, 4 ms on one thread). Where the
-/// file cannot be read (not Linux), the cores are taken to be free.
+/// microseconds (up to three, a yield apart, while another task is seen), and the cores
+/// counted once per process: beside a job that keeps a core busy, a second thread only takes
+/// turns with it, and a thread that polls looks like a job too, so the scheduler may put this
+/// one beside the busy job instead (a query took 4.5–6.8 ms that way, 4 ms on one thread).
+/// Where the file cannot be read (not Linux), the cores are taken to be free.
 pub(crate) fn second_core_free() -> bool {
     // The cores are asked for once: the answer reads cgroup files, tens of microseconds.
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let others = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|load| running_in_loadavg(&load))
-        .map_or(0, |running| running.saturating_sub(1));
-    cores.saturating_sub(others) >= 2
+    let others = || {
+        std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|load| running_in_loadavg(&load))
+            .map_or(0, |running| running.saturating_sub(1))
+    };
+    // A task seen running once may be passing through: the last query's second thread is
+    // still leaving the scheduler when `join` returns, and so was counted against the next
+    // query in 3 of 10 back-to-back queries on an idle machine.
+    (0..LOOKS).any(|look| {
+        if look > 0 {
+            std::thread::yield_now();
+        }
+        cores.saturating_sub(others()) >= 2
+    })
 }
+
+/// Looks at the running tasks, a yield apart, before a query is kept to one thread: a job
+/// that keeps a core busy is seen in every one.
+const LOOKS: usize = 3;
 
 /// The tasks running now, from a `/proc/loadavg` line ("0.82 1.03 1.42 2/79 20110").
 fn running_in_loadavg(load: &str) -> Option<usize> {
