@@ -17,7 +17,8 @@
 //! (`user_phrasing_dev6.json`) once the second to fifth nearly all were, and a seventh
 //! (`user_phrasing_dev7.json`) once the sixth was, and an eighth (`user_phrasing_dev8.json`) once
 //! the seventh nearly all was, and a ninth (`user_phrasing_dev9.json`) once the eighth all was,
-//! and a tenth (`user_phrasing_dev10.json`) once the ninth nearly all was.
+//! and a tenth (`user_phrasing_dev10.json`) once the ninth nearly all was, and an eleventh
+//! (`user_phrasing_dev11.json`) once the tenth all was.
 //! Then 30 more such questions (`benches/fixtures/user_phrasing_heldout.json`), written after
 //! the lexical ranking last changed, before semantic ranking, and never tuned on.
 //!
@@ -294,8 +295,8 @@ fn phrased_questions(data: &Value) -> Vec<(String, Vec<String>)> {
 }
 
 /// A further set of user-phrased questions over the reference servers' tools, from a fixture
-/// that holds only questions: the second to tenth development sets
-/// (`user_phrasing_dev2.json` to `user_phrasing_dev10.json`) or the
+/// that holds only questions: the second to eleventh development sets
+/// (`user_phrasing_dev2.json` to `user_phrasing_dev11.json`) or the
 /// held-out one (`user_phrasing_heldout.json`, written after the ranking was last changed and
 /// never tuned on).
 fn more_phrasing(file: &str) -> Vec<(String, Vec<String>)> {
@@ -526,6 +527,7 @@ fn main() {
     let eighth = more_phrasing("user_phrasing_dev8.json");
     let ninth = more_phrasing("user_phrasing_dev9.json");
     let tenth = more_phrasing("user_phrasing_dev10.json");
+    let eleventh = more_phrasing("user_phrasing_dev11.json");
     let held_out = more_phrasing("user_phrasing_heldout.json");
     let mut mixed = reference.clone();
     mixed.push(ServerTools {
@@ -603,6 +605,13 @@ fn main() {
                 tenth.len()
             ),
             &tenth,
+        ),
+        (
+            format!(
+                "an eleventh development set of {}, written 2026-11-28 before it was first ranked:",
+                eleventh.len()
+            ),
+            &eleventh,
         ),
         (
             format!(

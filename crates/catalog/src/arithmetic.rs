@@ -112,7 +112,8 @@ pub(crate) fn remainders_as_words(query: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// `query` with the product a word problem describes said outright after it: "6 boxes of 12
-/// eggs" and "$35 each, 7 of them" (" (6 times 12)"), "50 a week for 52 weeks", "17 squared".
+/// eggs" and "$35 each, 7 of them" (" (6 times 12)"), "50 a week for 52 weeks", "17 squared",
+/// "3 dozen".
 /// People rarely write "times" for these, and without it the sum ranks first: it is the
 /// arithmetic tool the numbers alone bring to mind. A sentence that shares or splits ("among
 /// 8 kids, how many does each get") asks for a quotient and is left as it is, as is a rate
@@ -145,6 +146,14 @@ pub(crate) fn products_as_words(query: &str) -> std::borrow::Cow<'_, str> {
             a.to_string()
         };
         return std::borrow::Cow::Owned(product(a, &times));
+    }
+    // "3 dozen cookies": a dozen is twelve.
+    if let Some(&(_, a)) = amounts.iter().find(|(i, _)| {
+        words
+            .get(i + 1)
+            .is_some_and(|w| w == "dozen" || w == "dozens")
+    }) {
+        return std::borrow::Cow::Owned(product(a, "12"));
     }
     let [(first, a), (second, b), ..] = amounts[..] else {
         return std::borrow::Cow::Borrowed(query);
@@ -310,6 +319,10 @@ mod tests {
         assert_eq!(
             arithmetic_as_words("I have 6 boxes with 24 apples each"),
             "I have 6 boxes with 24 apples each (6 times 24)"
+        );
+        assert_eq!(
+            products_as_words("3 dozen cookies, how many cookies is that"),
+            "3 dozen cookies, how many cookies is that (3 times 12)"
         );
         for plain in [
             "if I share 96 cookies among 8 kids, how many does each get?",

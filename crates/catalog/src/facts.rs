@@ -162,7 +162,7 @@ const KEPT_BY_YOU: &[&str] = &[
 
 /// `query` with " (what you remember)" after it when it asks about what the assistant keeps
 /// ("what you know about her", "who do you have on file", "what have you got stored about
-/// …"): the person speaks of the assistant's memory, and the words they use for it (know,
+/// …", "who do you know that works in finance"): the person speaks of the assistant's memory, and the words they use for it (know,
 /// file, stored) would rank knowledge bases, files and storage. The query's own text
 /// otherwise, and when it names a file or an address, which is where such a question looks.
 pub(crate) fn kept_by_you_as_words(query: &str) -> Cow<'_, str> {
@@ -179,7 +179,17 @@ pub(crate) fn kept_by_you_as_words(query: &str) -> Cow<'_, str> {
         let on_file = after
             .windows(2)
             .any(|pair| pair[0] == "on" && pair[1] == "file");
-        knows_about || on_file || after.iter().any(|w| KEPT_BY_YOU.contains(&w.as_str()))
+        // "Who do you know …", "anyone you know who …": people the assistant knows of.
+        let before = &words[i.saturating_sub(2)..i];
+        let knows_whom = after.first().is_some_and(|w| w == "know")
+            && (before == ["who", "do"]
+                || before.last().is_some_and(|w| {
+                    matches!(w.as_str(), "anyone" | "anybody" | "someone" | "somebody")
+                }));
+        knows_about
+            || on_file
+            || knows_whom
+            || after.iter().any(|w| KEPT_BY_YOU.contains(&w.as_str()))
     });
     if !about_you || !crate::values::kinds_named(query).is_empty() {
         return Cow::Borrowed(query);
@@ -389,6 +399,8 @@ mod tests {
             "Carol moved to Berlin, update what you know about her",
             "do you know anything about Project Apollo?",
             "what do you remember about Bob",
+            "who do you know that works in finance?",
+            "is there anyone you know who speaks Dutch",
         ] {
             assert_eq!(
                 kept_by_you_as_words(query),
@@ -400,6 +412,7 @@ mod tests {
             "can you list the files you stored in ~/notes/",
             "store this in a file",
             "you should know the weather",
+            "who do you think will win",
         ] {
             assert_eq!(kept_by_you_as_words(query), query);
         }

@@ -550,6 +550,8 @@ const EVERYDAY_WORDS: &[(&str, &[&str])] = &[
     ("row", &["insert", "select"]),
     ("db", &["database"]),
     ("where", &["search", "find"]),
+    ("anywher", &["search", "find"]),
+    ("somewher", &["search", "find"]),
     ("locat", &["search", "find"]),
     ("height", &["dimension"]),
     ("width", &["dimension"]),
@@ -779,6 +781,10 @@ mod tests {
         );
         assert_eq!(first("forget about Bob"), "delete_entities");
         assert_eq!(first("where is invoice.pdf kept?"), "search_files");
+        assert_eq!(
+            first("is there a file called budget anywhere in my documents?"),
+            "search_files"
+        );
         assert_eq!(first("rows of the db"), "read_query");
         // The person's own word still wins where a tool uses it.
         assert_eq!(first("rename a.txt"), "move_file");

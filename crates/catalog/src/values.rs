@@ -109,8 +109,8 @@ pub(crate) fn file_edits_as_words(query: &str) -> std::borrow::Cow<'_, str> {
 
 /// `query` with the kind of SQL statement it asks for said outright when it works on the rows
 /// of a table it names ("from the sales table", "to the customers table"), on rows it calls
-/// rows ("the rows with status cancelled", "a new row"), or asks how many of something a
-/// database holds: " (an INSERT
+/// rows ("the rows with status cancelled", "a new row"), asks for data from a database it
+/// names ("from the sales db"), or asks how many of something a database holds: " (an INSERT
 /// query)" after adding, " (a DELETE query)" after deleting or removing, " (an UPDATE query)"
 /// after changing, and " (a SELECT query)" otherwise. People name the table and the rows;
 /// database tools name the statements, and without them the tools with "table" in their name
@@ -128,6 +128,14 @@ pub(crate) fn table_rows_as_words(query: &str) -> std::borrow::Cow<'_, str> {
             )
             && matches!(words[t - 3].as_str(), "from" | "to" | "in" | "into")
     });
+    // Data asked "from the sales db": the rows of a table the person names by its database.
+    let from_a_database = words.iter().enumerate().any(|(t, word)| {
+        matches!(word.as_str(), "db" | "database")
+            && t >= 3
+            && matches!(words[t - 2].as_str(), "the" | "my" | "our")
+            && words[t - 3] == "from"
+    });
+    let rows_of_a_table = rows_of_a_table || from_a_database;
     let said = |verbs: &[&str]| words.iter().any(|w| verbs.contains(&w.as_str()));
     let counting = words
         .windows(2)
@@ -458,6 +466,10 @@ mod tests {
         assert_eq!(
             table_rows_as_words("wipe the rows with status cancelled out of orders"),
             "wipe the rows with status cancelled out of orders (a DELETE query)"
+        );
+        assert_eq!(
+            table_rows_as_words("top 10 customers by revenue from the sales db"),
+            "top 10 customers by revenue from the sales db (a SELECT query)"
         );
         assert_eq!(
             table_rows_as_words("How many customers signed up in 2023? (database)"),
