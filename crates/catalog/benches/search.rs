@@ -518,16 +518,6 @@ fn main() {
     }
 
     let (reference, phrased) = user_phrasing();
-    let second = more_phrasing("user_phrasing_dev2.json");
-    let third = more_phrasing("user_phrasing_dev3.json");
-    let fourth = more_phrasing("user_phrasing_dev4.json");
-    let fifth = more_phrasing("user_phrasing_dev5.json");
-    let sixth = more_phrasing("user_phrasing_dev6.json");
-    let seventh = more_phrasing("user_phrasing_dev7.json");
-    let eighth = more_phrasing("user_phrasing_dev8.json");
-    let ninth = more_phrasing("user_phrasing_dev9.json");
-    let tenth = more_phrasing("user_phrasing_dev10.json");
-    let eleventh = more_phrasing("user_phrasing_dev11.json");
     let held_out = more_phrasing("user_phrasing_heldout.json");
     let mut mixed = reference.clone();
     mixed.push(ServerTools {
@@ -535,92 +525,44 @@ fn main() {
         tools: tools.clone(),
         always_load: false,
     });
-    for (title, questions) in [
-        (
-            format!(
-                "questions phrased as users write them ({}), any fitting tool counts:",
-                phrased.len()
-            ),
-            &phrased,
+    // The development sets in the order they were written: file, ordinal, date written.
+    const DEVELOPMENT: &[(&str, &str, &str)] = &[
+        ("user_phrasing_dev2.json", "a second", "2026-11-27"),
+        ("user_phrasing_dev3.json", "a third", "2026-11-27"),
+        ("user_phrasing_dev4.json", "a fourth", "2026-11-27"),
+        ("user_phrasing_dev5.json", "a fifth", "2026-11-27"),
+        ("user_phrasing_dev6.json", "a sixth", "2026-11-28"),
+        ("user_phrasing_dev7.json", "a seventh", "2026-11-28"),
+        ("user_phrasing_dev8.json", "an eighth", "2026-11-28"),
+        ("user_phrasing_dev9.json", "a ninth", "2026-11-28"),
+        ("user_phrasing_dev10.json", "a tenth", "2026-11-28"),
+        ("user_phrasing_dev11.json", "an eleventh", "2026-11-28"),
+    ];
+    let mut sets = vec![(
+        format!(
+            "questions phrased as users write them ({}), any fitting tool counts:",
+            phrased.len()
         ),
-        (
+        phrased,
+    )];
+    for (file, ordinal, written) in DEVELOPMENT {
+        let questions = more_phrasing(file);
+        sets.push((
             format!(
-                "a second development set of {}, written 2026-11-27 before it was first ranked:",
-                second.len()
+                "{ordinal} development set of {}, written {written} before it was first ranked:",
+                questions.len()
             ),
-            &second,
+            questions,
+        ));
+    }
+    sets.push((
+        format!(
+            "held out: {} more, written before semantic ranking and never tuned on:",
+            held_out.len()
         ),
-        (
-            format!(
-                "a third development set of {}, written 2026-11-27 before it was first ranked:",
-                third.len()
-            ),
-            &third,
-        ),
-        (
-            format!(
-                "a fourth development set of {}, written 2026-11-27 before it was first ranked:",
-                fourth.len()
-            ),
-            &fourth,
-        ),
-        (
-            format!(
-                "a fifth development set of {}, written 2026-11-27 before it was first ranked:",
-                fifth.len()
-            ),
-            &fifth,
-        ),
-        (
-            format!(
-                "a sixth development set of {}, written 2026-11-28 before it was first ranked:",
-                sixth.len()
-            ),
-            &sixth,
-        ),
-        (
-            format!(
-                "a seventh development set of {}, written 2026-11-28 before it was first ranked:",
-                seventh.len()
-            ),
-            &seventh,
-        ),
-        (
-            format!(
-                "an eighth development set of {}, written 2026-11-28 before it was first ranked:",
-                eighth.len()
-            ),
-            &eighth,
-        ),
-        (
-            format!(
-                "a ninth development set of {}, written 2026-11-28 before it was first ranked:",
-                ninth.len()
-            ),
-            &ninth,
-        ),
-        (
-            format!(
-                "a tenth development set of {}, written 2026-11-28 before it was first ranked:",
-                tenth.len()
-            ),
-            &tenth,
-        ),
-        (
-            format!(
-                "an eleventh development set of {}, written 2026-11-28 before it was first ranked:",
-                eleventh.len()
-            ),
-            &eleventh,
-        ),
-        (
-            format!(
-                "held out: {} more, written before semantic ranking and never tuned on:",
-                held_out.len()
-            ),
-            &held_out,
-        ),
-    ] {
+        held_out,
+    ));
+    for (title, questions) in &sets {
         println!("\n{title}");
         println!(
             "{:<34} | {:>9} {:>6} | {:>9} {:>6} | {:>9} {:>6}",
