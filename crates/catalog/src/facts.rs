@@ -162,9 +162,10 @@ const KEPT_BY_YOU: &[&str] = &[
 
 /// `query` with " (what you remember)" after it when it asks about what the assistant keeps
 /// ("what you know about her", "who do you have on file", "what have you got stored about
-/// …", "who do you know that works in finance"): the person speaks of the assistant's memory, and the words they use for it (know,
-/// file, stored) would rank knowledge bases, files and storage. The query's own text
-/// otherwise, and when it names a file or an address, which is where such a question looks.
+/// …", "who do you know that works in finance"): the person speaks of the assistant's memory,
+/// and the words they use for it (know, file, stored) would rank knowledge bases, files and
+/// storage. The query's own text otherwise, and when it names a file or an address, which is
+/// where such a question looks.
 pub(crate) fn kept_by_you_as_words(query: &str) -> Cow<'_, str> {
     let words: Vec<String> = query.split_whitespace().map(bare).collect();
     let about_you = words.iter().enumerate().any(|(i, word)| {

@@ -18,8 +18,6 @@
 //! a few that share a request's incidental words ("my dog" for "keep in mind that my dog is
 //! called Rex"); the small server that does the job comes next, and is now seen.
 
-use std::sync::Arc;
-
 use tether_protocol::QualifiedTool;
 
 use crate::search::{Hit, split_identifiers, words_of};
@@ -135,7 +133,7 @@ pub struct Routing {
 
 impl Routing {
     /// The routing facts of `tools` with their unit `vectors` (in the same order).
-    pub fn new(tools: &[QualifiedTool], vectors: &[Arc<[f32]>]) -> Routing {
+    pub fn new<V: AsRef<[f32]>>(tools: &[QualifiedTool], vectors: &[V]) -> Routing {
         let mut names: Vec<&str> = Vec::new();
         let server_of: Vec<usize> = tools
             .iter()
@@ -149,6 +147,7 @@ impl Routing {
             .collect();
         let mut sums: Vec<(Vec<f64>, usize)> = vec![(Vec::new(), 0); names.len()];
         for (server, vector) in server_of.iter().zip(vectors) {
+            let vector = vector.as_ref();
             if let Some((sum, n)) = sums.get_mut(*server) {
                 sum.resize(vector.len().max(sum.len()), 0.0);
                 sum.iter_mut()
@@ -297,6 +296,7 @@ pub(crate) fn z_scores(values: &[f64]) -> Vec<f64> {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn tool(server: &str, name: &str, parameters: &[&str]) -> QualifiedTool {
         let properties: serde_json::Map<String, serde_json::Value> = parameters
@@ -410,7 +410,7 @@ mod tests {
             (0..7).map(|i| tool("big", &format!("t{i}"), &[])).collect();
         tools.push(tool("memory", "create_entities", &[]));
         tools.push(tool("time", "get_current_time", &[]));
-        let routing = Routing::new(&tools, &[]);
+        let routing = Routing::new::<Vec<f32>>(&tools, &[]);
         // The big server's first five, best first, then what `tail` adds.
         let big: [(usize, f64); 5] = [(0, 10.0), (1, 9.0), (2, 8.0), (3, 7.5), (4, 7.0)];
         let ranked = |tail: &[(usize, f64)]| -> Vec<Hit> {
@@ -452,7 +452,7 @@ mod tests {
             tool("math", "subtract", &[]),
             tool("time", "now", &[]),
         ];
-        let routing = Routing::new(&tools, &[]);
+        let routing = Routing::new::<Vec<f32>>(&tools, &[]);
         let hits: Vec<Hit> = [(0, 9.0), (1, 8.0), (2, 7.0), (3, 6.0), (4, 5.9), (5, 5.0)]
             .iter()
             .map(|(i, s)| hit(*i, *s))

@@ -96,22 +96,23 @@ impl Sampled {
 impl Sketches {
     /// The sketches of `tools`, or `None` when the ranker's encoder makes none.
     pub fn new(ranker: &SemanticRanker, tools: &[QualifiedTool]) -> Option<Sketches> {
-        let mut vectors: Vec<Arc<[f32]>> = Vec::with_capacity(tools.len());
+        let (mut flat, mut width) = (Vec::new(), 0);
         let mut keys = Vec::with_capacity(tools.len());
         for tool in tools {
             // One text per tool for both its sketch and its vector's cache key.
             let text = crate::semantic::tool_text(tool);
-            vectors.push(Arc::from(ranker.sketch(&text)?));
+            let sketch = ranker.sketch(&text)?;
+            if keys.is_empty() {
+                width = sketch.len();
+                flat.reserve(width * tools.len());
+            }
+            // Sketches of one encoder share its width; each is cut or padded to it all the
+            // same, so that a tool's sketch is always at its index.
+            flat.extend((0..width).map(|d| sketch.get(d).copied().unwrap_or(0.0)));
             keys.push(key_of(&text));
         }
-        let routing = Routing::new(tools, &vectors);
-        let width = vectors.first().map_or(0, |v| v.len());
-        // Sketches of one encoder share its width; each is cut or padded to it all the same,
-        // so that a tool's sketch is always at its index.
-        let mut flat = Vec::with_capacity(width * vectors.len());
-        for vector in &vectors {
-            flat.extend((0..width).map(|i| vector.get(i).copied().unwrap_or(0.0)));
-        }
+        let sketches: Vec<&[f32]> = flat.chunks_exact(width.max(1)).collect();
+        let routing = Routing::new(tools, &sketches);
         Some(Sketches {
             vectors: flat,
             width,
