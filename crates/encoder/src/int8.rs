@@ -384,10 +384,17 @@ impl QuantizedRows {
         self.quantize_body(x, width, |row| unsafe { crate::math::min_max_avx512(row) });
     }
 
+    /// The rows through [`avx2::quantize_row`]: what the compiler made of the plain loop
+    /// (its u8 stores one value at a time) took a twentieth of a query's encoding.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn quantize_avx2(&mut self, x: &[f32], width: usize) {
-        self.quantize_body(x, width, crate::math::min_max);
+        for (row, out) in x.chunks_exact(width).zip(self.data.chunks_exact_mut(width)) {
+            // SAFETY: this function runs only where AVX2 was detected.
+            let (scale, zero) = unsafe { avx2::quantize_row(row, out) };
+            self.scales.push(scale);
+            self.zeros.push(zero);
+        }
     }
 
     #[inline(always)]
@@ -403,22 +410,36 @@ impl QuantizedRows {
 /// Affine u8 quantisation of one row, whose smallest and largest values are given; the range
 /// always holds 0, so zeros stay exact. Returns (scale, zero point).
 #[inline(always)]
-fn quantize_row(row: &[f32], out: &mut [u8], (low, high): (f32, f32)) -> (f32, i32) {
+fn quantize_row(row: &[f32], out: &mut [u8], low_high: (f32, f32)) -> (f32, i32) {
+    let (scale, zero) = affine(low_high);
+    let inverse = 1.0 / scale;
+    quantize_values(row, out, inverse, zero);
+    (scale, zero as i32)
+}
+
+/// The scale and zero point of a row whose smallest and largest values are given, the range
+/// widened to hold 0.
+#[inline(always)]
+fn affine((low, high): (f32, f32)) -> (f32, f32) {
     let (low, high) = (low.min(0.0), high.max(0.0));
     let scale = if high > low {
         (high - low) / 255.0
     } else {
         1.0
     };
-    let zero = (-low / scale).round().clamp(0.0, 255.0);
-    let inverse = 1.0 / scale;
+    (scale, (-low / scale).round().clamp(0.0, 255.0))
+}
+
+/// Each value times `inverse` plus `zero`, rounded to the nearest integer (ties to even) and
+/// held to 0..=255.
+#[inline(always)]
+fn quantize_values(row: &[f32], out: &mut [u8], inverse: f32, zero: f32) {
     for (q, &v) in out.iter_mut().zip(row) {
         // Adding 2^23 to a value in [0, 255] leaves it rounded to the nearest integer in the
         // low mantissa bits: a conversion the compiler vectorises, where `as` (saturating, NaN
         // to 0) goes one value at a time.
         *q = ((v * inverse + zero).clamp(0.0, 255.0) + 8_388_608.0).to_bits() as u8;
     }
-    (scale, zero as i32)
 }
 
 /// A row of weights in i8, symmetric (`v ≈ q × scale`): its scale and the sum of its values.
@@ -586,6 +607,43 @@ mod tests {
             assert_eq!(*q, (v / (largest / 127.0)).round() as i8);
         }
         assert_eq!(plain[..6], [127, 3, -3, 1, -1, 127]);
+    }
+
+    /// The AVX2 activation path gives the plain loop's bytes, scale and zero point: rows of
+    /// the encoder's widths and a ragged one, halfway cases rounded to even in both.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn activations_quantise_the_same_on_every_path() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        for width in [384, 1536, 45, 7] {
+            let mut row: Vec<f32> = (0..width)
+                .map(|i| (i as f32 * 0.61).cos() * 3.0 - 0.4)
+                .collect();
+            let plain_row = |row: &[f32]| {
+                let mut out = vec![0u8; row.len()];
+                let found = quantize_row(row, &mut out, crate::math::min_max(row));
+                (out, found)
+            };
+            let fast_row = |row: &[f32]| {
+                let mut out = vec![0u8; row.len()];
+                // SAFETY: AVX2 was detected above.
+                let found = unsafe { avx2::quantize_row(row, &mut out) };
+                (out, found)
+            };
+            assert_eq!(fast_row(&row), plain_row(&row), "width {width}");
+            // A range of 0..=255 makes the scale 1 and the zero 0: exact halves.
+            row.iter_mut()
+                .enumerate()
+                .for_each(|(i, v)| *v = (i % 255) as f32 + 0.5);
+            row[0] = 0.0;
+            row[width - 1] = 255.0;
+            let (bytes, found) = plain_row(&row);
+            assert_eq!(found, (1.0, 0), "width {width}");
+            assert_eq!(bytes[1..3], [2, 2], "ties to even");
+            assert_eq!(fast_row(&row), (bytes, found), "width {width}");
+        }
     }
 
     /// Half the panels into a narrower buffer are the same numbers as those columns of the

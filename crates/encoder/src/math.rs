@@ -133,17 +133,19 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     fold_lanes(lanes, |a, b| a + b) + rest
 }
 
-/// Layer normalisation of each row of `x` (rows of `gain.len()`), in place.
-pub(crate) fn layer_norm(x: &mut [f32], gain: &[f32], bias: &[f32]) {
-    let width = gain.len();
-    for row in x.chunks_exact_mut(width) {
-        let n = width as f32;
-        let mean = sum(row) / n;
-        row.iter_mut().for_each(|v| *v -= mean);
-        let variance = dot(row, row) / n;
-        let scale = 1.0 / (variance + 1e-12).sqrt();
-        for ((v, g), b) in row.iter_mut().zip(gain).zip(bias) {
-            *v = *v * scale * g + b;
+with_wide_vectors! {
+    /// Layer normalisation of each row of `x` (rows of `gain.len()`), in place.
+    pub(crate) fn layer_norm(x: &mut [f32], gain: &[f32], bias: &[f32]) {
+        let width = gain.len();
+        for row in x.chunks_exact_mut(width) {
+            let n = width as f32;
+            let mean = sum(row) / n;
+            row.iter_mut().for_each(|v| *v -= mean);
+            let variance = dot(row, row) / n;
+            let scale = 1.0 / (variance + 1e-12).sqrt();
+            for ((v, g), b) in row.iter_mut().zip(gain).zip(bias) {
+                *v = *v * scale * g + b;
+            }
         }
     }
 }

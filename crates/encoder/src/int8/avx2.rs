@@ -9,7 +9,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{PANEL, PANEL_STEP, ROWS};
+use super::{PANEL, PANEL_STEP, ROWS, affine, quantize_values};
 
 /// Rows one pass over a half panel works on: four accumulators a row, and the eight of two
 /// rows leave room in AVX2's sixteen registers for the four columns, the inputs and the ones
@@ -102,4 +102,66 @@ unsafe fn half_panel<const R: usize>(
             }
         }
     }
+}
+
+/// `quantize_row` of the parent module (the row's range, then each value to u8) eight values
+/// to a register: the same arithmetic (a multiply and an add, unfused; rounding to nearest,
+/// ties to even, as the scalar code's 2^23 trick does), so the same bytes, with the four
+/// registers of 32 values packed into one store.
+///
+/// # Safety
+/// The CPU must have AVX2; `out` is at least as long as `row`.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn quantize_row(row: &[f32], out: &mut [u8]) -> (f32, i32) {
+    debug_assert!(out.len() >= row.len());
+    let (chunks, rest) = row.as_chunks::<8>();
+    let mut low = _mm256_set1_ps(f32::INFINITY);
+    let mut high = _mm256_set1_ps(f32::NEG_INFINITY);
+    for chunk in chunks {
+        // SAFETY: a chunk is eight floats, one unaligned load.
+        let v = unsafe { _mm256_loadu_ps(chunk.as_ptr()) };
+        // `v < low ? v : low`, as the plain loop compares.
+        low = _mm256_min_ps(v, low);
+        high = _mm256_max_ps(v, high);
+    }
+    let mut lows = [0f32; 8];
+    let mut highs = [0f32; 8];
+    // SAFETY: eight floats each, unaligned stores.
+    unsafe {
+        _mm256_storeu_ps(lows.as_mut_ptr(), low);
+        _mm256_storeu_ps(highs.as_mut_ptr(), high);
+    }
+    let smallest = lows
+        .iter()
+        .chain(rest)
+        .fold(f32::INFINITY, |a, &b| if b < a { b } else { a });
+    let largest = highs
+        .iter()
+        .chain(rest)
+        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+    let (scale, zero) = affine((smallest, largest));
+    let inverse = 1.0 / scale;
+    let (inverse_v, zero_v) = (_mm256_set1_ps(inverse), _mm256_set1_ps(zero));
+    let (floor, ceiling) = (_mm256_setzero_ps(), _mm256_set1_ps(255.0));
+    // After the two packs, the 32-bit groups hold values 0–3 of each register, then 4–7.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let (blocks, _) = row.as_chunks::<32>();
+    for (b, block) in blocks.iter().enumerate() {
+        let eight = |k: usize| {
+            // SAFETY: eight floats of the block, one unaligned load.
+            let v = unsafe { _mm256_loadu_ps(block[k * 8..].as_ptr()) };
+            let v = _mm256_add_ps(_mm256_mul_ps(v, inverse_v), zero_v);
+            // Clamped as `f32::clamp` does (a NaN becomes 0, as the scalar code's bits give),
+            // then rounded.
+            _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(v, floor), ceiling))
+        };
+        let low_half = _mm256_packs_epi32(eight(0), eight(1));
+        let high_half = _mm256_packs_epi32(eight(2), eight(3));
+        let bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(low_half, high_half), order);
+        // SAFETY: 32 bytes at b * 32, inside `out`, which is as long as `row`.
+        unsafe { _mm256_storeu_si256(out[b * 32..].as_mut_ptr().cast(), bytes) };
+    }
+    let done = blocks.len() * 32;
+    quantize_values(&row[done..], &mut out[done..], inverse, zero);
+    (scale, zero as i32)
 }
