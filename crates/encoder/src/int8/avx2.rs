@@ -114,6 +114,8 @@ unsafe fn half_panel<const R: usize>(
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn quantize_row(row: &[f32], out: &mut [u8]) -> (f32, i32) {
     debug_assert!(out.len() >= row.len());
+    // The range in AVX2's min and max: `math::min_max` compiled here instead made the whole
+    // quantisation of a query 324 µs against 68 (the compiler keeps its lanes in memory).
     let (chunks, rest) = row.as_chunks::<8>();
     let mut low = _mm256_set1_ps(f32::INFINITY);
     let mut high = _mm256_set1_ps(f32::NEG_INFINITY);
