@@ -6,19 +6,22 @@ use llama_cpp_2::sampling::LlamaSampler;
 use tether_llm::LlmError;
 
 use crate::prompt_cache::Restore;
-use crate::{Engine, MAX_DRAFT_TOKENS, Prepared, TOOL_GUIDE_OPENING, draft, prompt_cache};
+use crate::{Engine, MAX_DRAFT_TOKENS, Prepared, TOOL_GUIDE_HEADING, draft, prompt_cache};
 
 /// The places in `system_turn` (byte offsets) where the prompt cache keeps a state besides its
-/// end, ascending: after its first paragraph, the usage guide every request opens with, and
-/// before the tool guide, after the servers' instructions, which every request to the same
-/// servers shares.
+/// end, ascending: after its first paragraph, the usage guide every request opens with; before
+/// the tool guide, after the servers' instructions, which every request to the same servers
+/// shares; and after the tool guide's heading, so that a question's first run evaluates only
+/// the tools it is offered (the heading was about half of the 135M model's tool guide for one
+/// tool).
 pub(crate) fn shared_marks(system_turn: &str) -> Vec<usize> {
     let mut marks = Vec::new();
     if let Some(at) = system_turn.find("\n\n") {
         marks.push(at + 2);
     }
-    if let Some(at) = system_turn.rfind(&format!("\n\n{TOOL_GUIDE_OPENING}")) {
+    if let Some(at) = system_turn.rfind(&format!("\n\n{TOOL_GUIDE_HEADING}")) {
         marks.push(at + 2);
+        marks.push(at + 2 + TOOL_GUIDE_HEADING.len());
     }
     marks.dedup();
     marks
@@ -117,13 +120,22 @@ pub(crate) fn evaluate_shared(
     }
     let from = start;
     for &level in levels.iter().filter(|level| **level > from) {
+        let began = std::time::Instant::now();
         queue(batch, &tokens[start..level], start, false, fail)?;
         context
             .decode(batch)
             .map_err(|e| fail(format!("cannot evaluate the prompt: {e}")))?;
+        let evaluated = began.elapsed();
         if let Some(cache) = &engine.prompt_cache {
             cache.store(context, &tokens[..level]);
         }
+        tracing::debug!(
+            from = start,
+            to = level,
+            evaluate_ms = evaluated.as_millis(),
+            store_ms = (began.elapsed() - evaluated).as_millis(),
+            "embedded model prompt level"
+        );
         start = level;
     }
     Ok((start, restored))
@@ -245,16 +257,18 @@ mod tests {
     #[test]
     fn the_cache_keeps_the_usage_guide_and_all_but_the_tools() {
         let turn = format!(
-            "<|im_start|>system\nYou are a helpful assistant.\n\nInstructions from the \"a\" server:\nBe brief.\n\nMore of them.\n\n{TOOL_GUIDE_OPENING}{{}}\nTools:\n- a__b(): c\n<|im_end|>\n"
+            "<|im_start|>system\nYou are a helpful assistant.\n\nInstructions from the \"a\" server:\nBe brief.\n\nMore of them.\n\n{TOOL_GUIDE_HEADING}- a__b(): c\n<|im_end|>\n"
         );
         let marks = shared_marks(&turn);
         let texts: Vec<&str> = marks.iter().map(|m| &turn[..*m]).collect();
-        assert_eq!(texts.len(), 2, "{texts:?}");
+        assert_eq!(texts.len(), 3, "{texts:?}");
         assert!(texts[0].ends_with("You are a helpful assistant.\n\n"));
         assert!(texts[1].ends_with("More of them.\n\n"));
-        // Without servers' instructions the two places are one.
-        let plain = format!("You are a helpful assistant.\n\n{TOOL_GUIDE_OPENING}{{}}");
-        assert_eq!(shared_marks(&plain).len(), 1);
+        assert!(texts[2].ends_with("\nTools:\n"));
+        assert!(turn[marks[2]..].starts_with("- a__b(): c"));
+        // Without servers' instructions the places before the guide are one.
+        let plain = format!("You are a helpful assistant.\n\n{TOOL_GUIDE_HEADING}- a__b(): c\n");
+        assert_eq!(shared_marks(&plain).len(), 2);
         assert!(shared_marks("no paragraphs").is_empty());
     }
 

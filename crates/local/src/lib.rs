@@ -229,15 +229,16 @@ enum CallMode {
     UnconstrainedCall,
 }
 
-/// How the tool guide opens: the place in the system turn where what differs between requests
-/// to the same servers begins.
-pub(crate) const TOOL_GUIDE_OPENING: &str = "You have tools. To use one, reply only with JSON: ";
+/// How the tool guide opens, the same in every request with tools: the form of a call and the
+/// list's heading. The prompt cache keeps a state before it, where what differs between requests
+/// to other servers begins, and after it, where what differs between requests to the same
+/// servers (the tools offered) begins.
+pub(crate) const TOOL_GUIDE_HEADING: &str = "You have tools. To use one, reply only with JSON: {\"tool\": \"<name>\", \"arguments\": {...}}\nTools:\n";
 
 /// Tools described compactly (`name(a: number, b?: string): description`): small models
 /// read JSON schemas poorly, and every prompt token costs time on a CPU.
 fn tool_guide(tools: &[ToolDefinition]) -> String {
-    let mut text =
-        format!("{TOOL_GUIDE_OPENING}{{\"tool\": \"<name>\", \"arguments\": {{...}}}}\nTools:\n");
+    let mut text = TOOL_GUIDE_HEADING.to_string();
     for tool in tools {
         let required: Vec<&str> = tool.parameters["required"]
             .as_array()

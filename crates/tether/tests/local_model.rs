@@ -669,8 +669,8 @@ fn embedded_model_answers_the_same_from_its_prompt_cache() {
 }
 
 /// A question with other tools than the last restores what the two share from the prompt
-/// cache (the usage guide and the servers' instructions) and evaluates only its own tools,
-/// and answers as it does with no cache at all.
+/// cache (the usage guide, the servers' instructions and the tool guide's heading) and
+/// evaluates only its own tools and itself, and answers as it does with no cache at all.
 #[test]
 fn embedded_model_reuses_the_shared_part_of_its_system_turn() {
     let dir = empty_dir("prompt-cache-levels");
@@ -684,16 +684,31 @@ fn embedded_model_reuses_the_shared_part_of_its_system_turn() {
             &[("TETHER_PROMPT_CACHE", cache.as_os_str())],
         );
         assert_eq!(code, 0, "{stderr}");
-        (calls_and_answer(&events), first_timing(&stderr))
+        // Where each level the call evaluated began.
+        let levels: Vec<usize> = stderr
+            .lines()
+            .take_while(|line| !line.contains("embedded model timing"))
+            .filter(|line| line.contains("embedded model prompt level"))
+            .map(|line| field(line, "from"))
+            .collect();
+        (calls_and_answer(&events), first_timing(&stderr), levels)
     };
-    let (_, timing) = run_in("What is 10 + 20? Use the add tool.", &cache);
+    let (_, timing, _) = run_in("What is 10 + 20? Use the add tool.", &cache);
     assert!(timing.contains("restored=false"), "{timing}");
-    let (cached, timing) = run_in("What is 12 times 7?", &cache);
+    let (cached, timing, cached_levels) = run_in("What is 12 times 7?", &cache);
     assert!(timing.contains("restored=true"), "{timing}");
     assert_eq!(cached.0[0][0], "builtin__multiply", "{cached:?}");
-    let (uncached, timing) = run_in("What is 12 times 7?", std::path::Path::new("off"));
+    let (uncached, timing, levels) = run_in("What is 12 times 7?", std::path::Path::new("off"));
     assert!(timing.contains("restored=false"), "{timing}");
     assert_eq!(cached, uncached);
+    // Uncached: the usage guide, the instructions, the heading, the tools and the question.
+    // Cached: the tools and the question only, from where the heading ends.
+    assert_eq!(levels.len(), 5, "{levels:?}");
+    assert_eq!(
+        cached_levels,
+        levels[3..],
+        "{cached_levels:?} of {levels:?}"
+    );
 }
 
 /// A short result is the answer: the model is not run again to say it ("The add tool
