@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_macros)]
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
+mod busy;
 mod natural;
 
 use std::sync::Arc;
@@ -251,7 +252,7 @@ fn main() {
         }
         if std::env::var("TETHER_BENCH_ONLY").as_deref() == Ok("busy") {
             registry.shutdown().await;
-            busy_machine();
+            busy::busy_machine();
             return;
         }
         // The prompts read notes.txt and README.md: run where they exist, as a user would (the
@@ -326,117 +327,8 @@ fn main() {
         natural::natural_twenty();
         speed(&path).await;
         call_speed(&path).await;
-        busy_machine();
+        busy::busy_machine();
     });
-}
-
-/// The README's first command, end to end, on a quiet machine and with one other core-bound
-/// job (a thread spinning in this process), rounds interleaved: the goal is at most 1.5× the
-/// quiet time. Threads are chosen per request by the machine's load; `TETHER_THREADS` fixes
-/// them, to compare. Measured with the prompt cache as a person's second and later runs have
-/// it, and without it (`TETHER_PROMPT_CACHE=off`), as their first.
-fn busy_machine() {
-    for cache in ["warm", "shared", "off"] {
-        busy_machine_with(cache);
-    }
-}
-
-/// The README's first command quiet and beside a core-bound job, with the prompt cache `warm`
-/// (holding this question's system turns), `shared` (holding only what another question with
-/// other tools stored: the usage guide and the built-in server's instructions, as a question's
-/// first run finds it) or `off`.
-fn busy_machine_with(cache: &str) {
-    let question = "What is 10 + 20? Use the add tool.";
-    let dir = std::env::temp_dir().join(format!("tether-bench-busy-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let run = |question: &str, cache_dir: Option<&std::path::Path>| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tether"));
-        command
-            .args(["run", question])
-            .current_dir(&dir)
-            // The run's own pins and results, not the person's (natural.rs says why).
-            .env("TETHER_DATA_DIR", dir.join("data"))
-            .env_remove("TETHER_MODEL")
-            .stdin(std::process::Stdio::null());
-        if cache == "off" {
-            command.env("TETHER_PROMPT_CACHE", "off");
-        } else if let Some(cache_dir) = cache_dir {
-            command.env("TETHER_PROMPT_CACHE", cache_dir);
-        }
-        command
-    };
-    // For `shared`: what another question stores, copied afresh before each timed run.
-    let other = dir.join("other-cache");
-    if cache == "shared" {
-        let _ = std::fs::remove_dir_all(&other);
-        let status = run("What is 12 times 7?", Some(&other)).output().unwrap();
-        assert!(status.status.success());
-    }
-    let fresh = dir.join("fresh-cache");
-    let timed = || {
-        let mut command = if cache == "shared" {
-            let _ = std::fs::remove_dir_all(&fresh);
-            std::fs::create_dir_all(&fresh).unwrap();
-            for entry in std::fs::read_dir(&other).unwrap().flatten() {
-                std::fs::copy(entry.path(), fresh.join(entry.file_name())).unwrap();
-            }
-            run(question, Some(&fresh))
-        } else {
-            run(question, None)
-        };
-        let started = std::time::Instant::now();
-        let output = command.output().unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        started.elapsed().as_secs_f64()
-    };
-    // One run first, so that a warm cache holds this question's system turns.
-    timed();
-    let rounds = if std::env::var_os("TETHER_BENCH_QUICK").is_some() {
-        3
-    } else {
-        7
-    };
-    let (mut quiet, mut busy) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        quiet.push(timed());
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let spinner = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut x = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-                }
-            })
-        };
-        busy.push(timed());
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        spinner.join().unwrap();
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        (v[v.len() / 2], v[0], v[v.len() - 1])
-    };
-    let (q, q_min, q_max) = median(&mut quiet);
-    let (b, b_min, b_max) = median(&mut busy);
-    let described = match cache {
-        "shared" => "holding another question's system turn (12 times 7)",
-        other => other,
-    };
-    println!(
-        "the README's first command, prompt cache {described}, {rounds} interleaved rounds, median (min–max):"
-    );
-    println!("  quiet machine:                 {q:.2} s ({q_min:.2}–{q_max:.2})");
-    println!("  with one core-bound job:       {b:.2} s ({b_min:.2}–{b_max:.2})");
-    println!(
-        "  busy / quiet:                  {:.2}× (goal ≤ 1.5×)",
-        b / q
-    );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The first 100 BFCL simple_python questions, each with its own function among 100
