@@ -86,10 +86,13 @@ pub(crate) fn with_system_note(messages: &[Message], note: &str) -> Vec<Message>
 /// is the one that failed: the selection offered others in its place (the agent's "after a
 /// failed call"), so a small model makes one more call instead of answering with the error.
 /// Its own tool still offered, it answers: the 135M model repeats a failed call as it was.
+/// A failure that says a file the message writes out is not there is the answer, not a wrong
+/// tool: "What's in todo.md?" with no such file went on to the current time.
 pub(crate) fn failed_call_replaced(messages: &[Message], tools: &[ToolDefinition]) -> bool {
     let Some(Message::Tool {
         name,
         is_error: true,
+        content,
         ..
     }) = messages.last()
     else {
@@ -99,6 +102,11 @@ pub(crate) fn failed_call_replaced(messages: &[Message], tools: &[ToolDefinition
         .iter()
         .rposition(|m| matches!(m, Message::User { .. }))
         .unwrap_or(0);
+    if let Some(Message::User { content: asked }) = messages.get(from)
+        && names_a_missing_file(asked, content)
+    {
+        return false;
+    }
     let results = messages[from..]
         .iter()
         .filter(|m| matches!(m, Message::Tool { .. }))
@@ -111,6 +119,20 @@ pub(crate) fn failed_call_replaced(messages: &[Message], tools: &[ToolDefinition
         && !tools
             .iter()
             .any(|tool| tool.name == *name || tool.description.contains(&listed))
+}
+
+/// Whether `error` (a failed call's result) says that a file `asked` writes out is not there:
+/// it quotes the path and says it does not exist (in the words of the built-in server, the
+/// reference filesystem server and the operating system).
+fn names_a_missing_file(asked: &str, error: &str) -> bool {
+    let lower = error.to_lowercase();
+    let missing = ["no such file", "does not exist", "not found", "enoent"]
+        .iter()
+        .any(|words| lower.contains(words));
+    missing
+        && crate::paths::paths_written_in(asked).iter().any(|path| {
+            error.contains(&format!("\"{path}\"")) || error.contains(&format!("'{path}'"))
+        })
 }
 
 /// The last user message and every message after it, as text.
@@ -398,7 +420,43 @@ mod tests {
             &[asked.clone(), call.clone(), failed(false)],
             &others
         ));
-        let twice = vec![asked, call.clone(), failed(true), call, failed(true)];
+        let twice = vec![
+            asked,
+            call.clone(),
+            failed(true),
+            call.clone(),
+            failed(true),
+        ];
         assert!(!failed_call_replaced(&twice, &others));
+        // A file the message writes out that is not there: that is the answer (an error that
+        // quotes another path for it is not told apart, and the model tries again).
+        let missing = |error: &str| Message::Tool {
+            tool_call_id: "call_1".into(),
+            name: "builtin__read_file".into(),
+            content: error.into(),
+            images: Vec::new(),
+            is_error: true,
+        };
+        let listing = [tool("builtin__list_files", "List files.")];
+        let asked = Message::user("What's in todo.md?");
+        for error in [
+            "cannot open \"todo.md\": No such file or directory (os error 2)",
+            "Error: ENOENT: no such file or directory, open '/work/todo.md'",
+        ] {
+            let turn = vec![asked.clone(), call.clone(), missing(error)];
+            assert_eq!(
+                failed_call_replaced(&turn, &listing),
+                !error.contains("\"todo.md\""),
+                "{error}"
+            );
+        }
+        // Another failure with that file, or a missing file the message did not write: again.
+        for error in [
+            "\"todo.md\" is not a text file",
+            "cannot open \"notes.txt\": No such file or directory",
+        ] {
+            let turn = vec![asked.clone(), call.clone(), missing(error)];
+            assert!(failed_call_replaced(&turn, &listing), "{error}");
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! Paths a small model may name. When Tether's built-in `read_file` is offered, its `path`
 //! argument is narrowed to the files that exist under the working directory (where the
 //! built-in server reads), so the grammar cannot produce a name that is not there — a typo in
-//! the question still reaches the nearest real file instead of an error. Another server's
+//! the question still reaches the nearest real file instead of an error — and to a file the
+//! message writes out that is no typo of one, which the server then says is not there. Another server's
 //! path-like parameters (`path`, `file_path`, `directory`, `repo_path`, …) are narrowed the
 //! same way to what exists under the working directory, which is where a stdio server started
 //! by Tether resolves a relative path, and to any path the message itself writes out: left
@@ -130,8 +131,9 @@ pub fn files_for(tools: &[ToolDefinition], root: &Path) -> KnownPaths {
 }
 
 /// `tools` with their path-like parameters limited to what `known` holds (the built-in
-/// `read_file`'s to files; another tool's to files and directories, or directories alone, and
-/// to the paths `text` writes out), when there are between one and `MAX_FILES` of them.
+/// `read_file`'s to files, and to the files `text` writes out that are no typo of one; another
+/// tool's to files and directories, or directories alone, and to the paths `text` writes out),
+/// when there are between one and `MAX_FILES` of them.
 pub fn existing_paths_only(
     tools: &[ToolDefinition],
     known: &KnownPaths,
@@ -148,7 +150,16 @@ pub fn existing_paths_only(
                 continue;
             }
             let allowed: Vec<String> = match (builtin, name.as_str(), kind_in(tool, name)) {
-                (true, "path", _) => known.files.clone(),
+                (true, "path", _) => {
+                    let mut files = known.files.clone();
+                    files.extend(
+                        written
+                            .iter()
+                            .filter(|w| !near_a_file(w, &known.files))
+                            .cloned(),
+                    );
+                    files
+                }
                 (true, _, _) | (false, _, None) => continue,
                 (false, _, Some(PathKind::Repository)) if !known.repositories.is_empty() => {
                     known.repositories.clone()
@@ -182,6 +193,57 @@ pub fn existing_paths_only(
             }
         }
     })
+}
+
+/// Whether `written`, a path a message writes out, ends in a file name with an extension
+/// (`notes.txt`, `docs/plan.md`), not a directory (`src/`, `docs/drafts`).
+fn names_a_file(written: &str) -> bool {
+    written
+        .rsplit('/')
+        .next()
+        .and_then(|name| name.rsplit_once('.'))
+        .is_some_and(|(stem, ext)| !stem.is_empty() && !ext.is_empty())
+}
+
+/// Whether `written`, a path a message writes out, is one of `files` or a typo of one: the same
+/// file name but for case, or within an edit or two of one (one for names under five letters).
+/// A name near none of them is no typo: "Read notes.txt" where there is no such file is about
+/// that file, and with only `data/pins.json` offered the model read that instead.
+fn near_a_file(written: &str, files: &[String]) -> bool {
+    let name_of = |path: &str| path.rsplit('/').next().unwrap_or(path).to_lowercase();
+    let wanted = name_of(written);
+    let allowed = if wanted.chars().count() < 5 { 1 } else { 2 };
+    files
+        .iter()
+        .any(|file| edits_within(&wanted, &name_of(file), allowed))
+}
+
+/// Whether `a` becomes `b` with at most `most` insertions, deletions, substitutions or swaps of
+/// two neighbouring characters (the optimal string alignment distance, cut off once every
+/// alignment costs more).
+fn edits_within(a: &str, b: &str, most: usize) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    if a.len().abs_diff(b.len()) > most {
+        return false;
+    }
+    // Three rows of the distance table: two back (for swaps), the last, and this one.
+    let mut before: Vec<usize> = Vec::new();
+    let mut last: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut row = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            row[j] = (last[j] + 1).min(row[j - 1] + 1).min(last[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                row[j] = row[j].min(before[j - 2] + 1);
+            }
+        }
+        if row.iter().all(|&d| d > most) {
+            return false;
+        }
+        before = std::mem::replace(&mut last, row);
+    }
+    last[b.len()] <= most
 }
 
 /// The directories a directory parameter may name for `text`: those it names (by path or
@@ -250,8 +312,9 @@ pub fn files_named_in(text: &str, files: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// When `text` names some of `files` and the built-in `read_file` is offered: that tool
-/// alone, its path limited to those files. A message that names a file is about that file;
+/// When `text` names some of `files`, or writes out files that are not there (nor a typo of one
+/// that is), and the built-in `read_file` is offered: that tool alone, its path limited to
+/// those files. A message that names a file is about that file;
 /// but when another server's tool that takes a file or a directory was offered too (the
 /// search ranked it for this message: `list_directory_with_sizes` for "how big is
 /// notes.txt?"), the model chooses. Tools that take a repository (`git_show`) do not count,
@@ -284,7 +347,16 @@ pub fn read_named_files(
         return None;
     }
     let mut read = tools.iter().find(|t| t.name == READ_FILE)?.clone();
-    let named = files_named_in(text, files);
+    let mut named = files_named_in(text, files);
+    if named.is_empty() {
+        // A file written out that is not here, nor a typo of one that is: still the file the
+        // message is about, for the server to say it is not there. Left to choose, the model
+        // listed the directory or wrote what such a file might hold.
+        named = paths_written_in(text)
+            .into_iter()
+            .filter(|w| names_a_file(w) && !near_a_file(w, files))
+            .collect();
+    }
     if named.is_empty() || named.len() > MAX_FILES {
         return None;
     }
@@ -595,6 +667,18 @@ mod tests {
     }
 
     #[test]
+    fn typos_are_told_from_other_names() {
+        assert!(edits_within("notse.txt", "notes.txt", 1));
+        assert!(edits_within("note.txt", "notes.txt", 1));
+        assert!(edits_within("nots.txt", "notes.txt", 2));
+        assert!(!edits_within("todo.txt", "notes.txt", 2));
+        assert!(!edits_within("pins.json", "notes.txt", 2));
+        assert!(edits_within("", "ab", 2));
+        assert!(!edits_within("", "abc", 2));
+        assert!(edits_within("same", "same", 0));
+    }
+
+    #[test]
     fn read_file_may_only_name_files_that_exist() {
         let root = std::env::temp_dir().join(format!("tether-paths-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -637,6 +721,24 @@ mod tests {
             tools[0].parameters["properties"]["path"]["enum"],
             json!(["docs/deep/far.md", "docs/plan.md", "notes.txt"])
         );
+        // A file the message names that is not there: offered too, for the server to say so,
+        // unless it is a typo of one that is.
+        for (text, extra) in [
+            ("Read todo.txt", Some("todo.txt")),
+            ("Read docs/missing.md please", Some("docs/missing.md")),
+            ("Read notse.txt", None),
+            ("Read Notes.TXT", None),
+            ("Read plan.md", None),
+        ] {
+            let tools = existing_paths_only(&[read_file()], &known, text);
+            let mut expected = files.clone();
+            expected.extend(extra.map(str::to_string));
+            assert_eq!(
+                tools[0].parameters["properties"]["path"]["enum"],
+                json!(expected),
+                "{text}"
+            );
+        }
         // Another server's path may name a file or a directory that exists here, or what the
         // message writes out.
         let tools = existing_paths_only(
@@ -755,6 +857,16 @@ mod tests {
             ..read_file()
         };
         assert!(read_named_files(&[sizes, read_file()], "how big are my notes", &files).is_none());
+        // A file written out that is not here is read too, for the server to say so; a typo of
+        // one that is, or a directory, is left to the narrowing of every path (existing files).
+        let narrowed = read_named_files(&[read_file()], "What's in todo.md?", &files)
+            .expect("todo.md is written out");
+        assert_eq!(
+            narrowed[0].parameters["properties"]["path"]["enum"],
+            json!(["todo.md"])
+        );
+        assert!(read_named_files(&[read_file()], "Read notse.txt", &files).is_none());
+        assert!(read_named_files(&[read_file()], "What is in src/?", &files).is_none());
 
         // Too many files to list: the path stays free.
         for i in 0..=MAX_FILES {

@@ -141,6 +141,25 @@ fn embedded_model_names_only_files_that_exist() {
     assert_eq!(started["arguments"]["path"], "notes.txt", "{events:#?}");
 }
 
+/// A file the question names that is not there, nor a typo of one that is: the model reads
+/// that name and the answer says it is not there, with no other tool tried in its place (it
+/// had read the one other file there, and after the error, told the time).
+#[test]
+fn embedded_model_says_a_named_file_is_not_there() {
+    let dir = empty_dir("missing");
+    std::fs::write(dir.join("shopping.md"), "Milk, eggs.").unwrap();
+    let (events, started) = reads_a_file(&dir, "What's in todo.txt?");
+    assert_eq!(started["arguments"]["path"], "todo.txt", "{events:#?}");
+    let (calls, answer) = calls_and_answer(&events);
+    assert_eq!(calls.len(), 1, "{events:#?}");
+    let answer = answer.as_str().unwrap_or_default();
+    assert!(
+        answer.contains("todo.txt") && answer.contains("No such file"),
+        "{answer}"
+    );
+    assert!(!answer.contains("Milk"), "{answer}");
+}
+
 /// Asks `question` in `dir`; checks that the run succeeded and that its first call was the
 /// built-in `read_file`. Returns the events and that call's start.
 fn reads_a_file(dir: &std::path::Path, question: &str) -> (Vec<Value>, Value) {
