@@ -168,6 +168,18 @@ const EVERYDAY: &[(&str, &[&str])] = &[
     ("folders", &["directory"]),
 ];
 
+/// Everyday phrases that ask for what a tool names with another word: "what day is it
+/// today?" shares none with a clock's "current date, time and weekday", and the 135M model,
+/// not made to call it, answered "Today is a Monday." on a Sunday. "Day" alone is small talk
+/// too ("how was your day?"), so only questions about which day it is count.
+const EVERYDAY_PHRASES: &[(&str, &str)] = &[
+    ("what day", "date"),
+    ("which day", "date"),
+    ("day is it", "date"),
+    ("day it is", "date"),
+    ("day is today", "date"),
+];
+
 /// Whether `text` has a word in common with some tool's name, description or parameters
 /// (arithmetic signs count as their words: `10 + 20` mentions "plus"). With none, a small
 /// model is not made to call a tool.
@@ -209,6 +221,20 @@ pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
         .flat_map(|(_, meant)| meant.iter().map(|m| m.to_string()))
         .collect();
     asked.extend(meant);
+    let spaced = format!(
+        " {} ",
+        text.to_lowercase()
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    asked.extend(
+        EVERYDAY_PHRASES
+            .iter()
+            .filter(|(phrase, _)| spaced.contains(&format!(" {phrase} ")))
+            .map(|(_, meant)| meant.to_string()),
+    );
     // A message carrying the numbers a tool's required numeric parameters need is about it
     // ("take 7 away from 20" shares no word with `subtract`).
     let numbers = text
@@ -330,6 +356,9 @@ mod tests {
             "what time is it",
             "What day of the week is it?",
             "What year is it?",
+            "what day is it today?",
+            "Which day is it?",
+            "Do you know what day it is?",
         ] {
             assert!(mentions_a_tool(asked, &tools), "{asked}");
         }
@@ -338,6 +367,8 @@ mod tests {
             "Thanks!",
             "hi there, how are you?",
             "Good morning!",
+            "How was your day?",
+            "Have a nice day!",
         ] {
             assert!(!mentions_a_tool(chat, &tools), "{chat}");
         }

@@ -383,17 +383,29 @@ fn embedded_model_multiplies_when_asked_for_times() {
 /// "date") still reaches the clock, instead of a year the model makes up.
 #[test]
 fn embedded_model_reads_the_year_from_the_clock() {
-    let dir = empty_dir("year");
-    let year = || chrono::Utc::now().format("%Y").to_string();
-    let before = year();
-    let (code, events, stderr) = run_json(&dir, "What year is it?", &[]);
+    answers_from_the_clock("year", "What year is it?", "%Y");
+}
+
+/// "What day is it today?" shares no word with the clock either, and the model answered
+/// "Today is a Monday." on a Sunday: it reads the weekday from the clock.
+#[test]
+fn embedded_model_reads_the_weekday_from_the_clock() {
+    answers_from_the_clock("weekday", "what day is it today?", "%A");
+}
+
+/// Asks `question` in a directory of its own; checks that it called the built-in clock and
+/// that the answer holds the clock's `format` (the value may turn while the question runs).
+fn answers_from_the_clock(name: &str, question: &str, format: &str) {
+    let dir = empty_dir(name);
+    let now = || chrono::Utc::now().format(format).to_string();
+    let before = now();
+    let (code, events, stderr) = run_json(&dir, question, &[]);
     assert_eq!(code, 0, "{stderr}");
     let started = first_call(&events);
     assert_eq!(started["name"], "builtin__current_time", "{events:#?}");
-    // The year may turn while the question runs.
     let answer = events.iter().find(|e| e["type"] == "turn_ended").unwrap();
     let text = answer["text"].as_str().unwrap_or_default();
-    assert!(text.contains(&before) || text.contains(&year()), "{answer}");
+    assert!(text.contains(&before) || text.contains(&now()), "{answer}");
 }
 
 /// A place the question names fixes the time zone: the grammar allows only its zone, where
