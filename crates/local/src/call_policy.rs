@@ -38,6 +38,57 @@ const LOOKED_UP: &[&str] = &[
 pub(crate) const NO_TOOL_ANSWER: &str = "I have no tool that can look that up, so I can't \
     tell you reliably. Configure an MCP server that provides it and ask again.";
 
+/// Answered, without running the model, to a message that asks for a computation no offered
+/// tool does in one call.
+pub(crate) const NO_TOOL_COMPUTES: &str = "I have no tool that can work that out, so I can't \
+    tell you reliably. Configure an MCP server that provides it and ask again.";
+
+/// Computations that adding, subtracting, multiplying or dividing once does not give, as a
+/// message words them, with the words a tool that does them would use. With the built-in
+/// arithmetic alone, "What is 2 to the power of 10?" was called as `multiply(2, 10)` and
+/// answered 20.
+const COMPUTED: &[(&str, &[&str])] = &[
+    ("power", &["power", "pow", "exponent", "exponentiation"]),
+    ("exponent", &["power", "pow", "exponent", "exponentiation"]),
+    ("squared", &["power", "pow", "square", "squared"]),
+    ("cubed", &["power", "pow", "cube", "cubed"]),
+    ("square root", &["root", "sqrt"]),
+    ("cube root", &["root", "cbrt"]),
+    ("factorial", &["factorial"]),
+    ("logarithm", &["logarithm", "log"]),
+    ("remainder", &["remainder", "modulo", "mod"]),
+    ("modulo", &["remainder", "modulo", "mod"]),
+];
+
+/// Whether `text` asks for a computation (`COMPUTED`) that no tool of `tools` names.
+pub(crate) fn asks_to_compute_unserved(text: &str, tools: &[ToolDefinition]) -> bool {
+    let spaced = format!(" {} ", words_joined(text));
+    let known: Vec<String> = tools
+        .iter()
+        .map(|tool| {
+            format!(
+                " {} ",
+                words_joined(&format!("{} {}", tool.name, tool.description))
+            )
+        })
+        .collect();
+    COMPUTED.iter().any(|(asked, served)| {
+        spaced.contains(&format!(" {asked} "))
+            && !known
+                .iter()
+                .any(|k| served.iter().any(|w| k.contains(&format!(" {w} "))))
+    })
+}
+
+/// `text`'s words in lower case, joined by single spaces.
+fn words_joined(text: &str) -> String {
+    text.to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Whether `text` asks for something looked up live (`LOOKED_UP`) that no tool of `tools`
 /// names: a weather server's tools say "weather"; a file search that says "like" is no
 /// forecast.
@@ -221,14 +272,7 @@ pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
         .flat_map(|(_, meant)| meant.iter().map(|m| m.to_string()))
         .collect();
     asked.extend(meant);
-    let spaced = format!(
-        " {} ",
-        text.to_lowercase()
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
+    let spaced = format!(" {} ", words_joined(text));
     asked.extend(
         EVERYDAY_PHRASES
             .iter()
@@ -414,6 +458,45 @@ mod tests {
             "What's in the docs folder?",
             std::slice::from_ref(&list)
         ));
+    }
+
+    #[test]
+    fn a_computation_no_tool_does_is_told_apart() {
+        let tool = |name: &str, description: &str| ToolDefinition {
+            name: name.into(),
+            description: description.into(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        let arithmetic = [
+            tool("builtin__multiply", "Multiply two numbers: a * b."),
+            tool("builtin__divide", "Divide two numbers: a / b."),
+        ];
+        for asked in [
+            "What is 2 to the power of 10?",
+            "What's 7 squared?",
+            "square root of 81",
+            "What is the remainder when 17 is divided by 5?",
+            "factorial of 6",
+        ] {
+            assert!(asks_to_compute_unserved(asked, &arithmetic), "{asked}");
+        }
+        for asked in [
+            "What is 12 times 7?",
+            "What's in the root folder?",
+            "Show the git log",
+            "Power through the list of files",
+        ] {
+            assert_eq!(
+                asks_to_compute_unserved(asked, &arithmetic),
+                asked.starts_with("Power"),
+                "{asked}"
+            );
+        }
+        // A tool that does it.
+        let power = [tool("math__pow", "Raise x to the power y.")];
+        assert!(!asks_to_compute_unserved("2 to the power of 10", &power));
+        let factorial = [tool("math.factorial", "Calculate a factorial.")];
+        assert!(!asks_to_compute_unserved("factorial of 6", &factorial));
     }
 
     #[test]

@@ -57,8 +57,9 @@ use crate::answer_guards::{
 };
 use crate::call_checks::CallChecks;
 use crate::call_policy::{
-    NO_TOOL_ANSWER, NO_TOOL_FITS, asks_to_look_up_unserved, failed_call_replaced, mentions_a_tool,
-    this_turn_text, with_system_note, without_server_instructions,
+    NO_TOOL_ANSWER, NO_TOOL_COMPUTES, NO_TOOL_FITS, asks_to_compute_unserved,
+    asks_to_look_up_unserved, failed_call_replaced, mentions_a_tool, this_turn_text,
+    with_system_note, without_server_instructions,
 };
 use crate::decoding::{
     call_draft, continue_decoding, evaluate_shared, grammar_token, prompt_level, queue,

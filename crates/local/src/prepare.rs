@@ -51,9 +51,12 @@ impl LocalProvider {
             named_files.is_some() || !paths::files_named_in(text, &known.files).is_empty()
         });
         // Asked for something looked up live that no offered tool names (the weather with a
-        // file search offered because its description says "like"): no call, and no answer
-        // made up either.
-        let unserved = last_user.is_some_and(|t| asks_to_look_up_unserved(t, &request.tools));
+        // file search offered because its description says "like"), or a computation none of
+        // them does in one call ("2 to the power of 10" was called as a product): no call,
+        // and no answer made up either.
+        let uncomputed = last_user.is_some_and(|t| asks_to_compute_unserved(t, &request.tools));
+        let unserved =
+            uncomputed || last_user.is_some_and(|t| asks_to_look_up_unserved(t, &request.tools));
         let last_is_user = !unserved
             && (names_a_file
                 || last_user.is_some_and(|text| mentions_a_tool(text, &request.tools)));
@@ -153,7 +156,14 @@ impl LocalProvider {
             .unwrap_or_default();
         let fixed = if no_tool_fits && unserved {
             // Asked for something looked up live with no tool for it, a small model invents it.
-            Some(NO_TOOL_ANSWER.to_string())
+            Some(
+                if uncomputed {
+                    NO_TOOL_COMPUTES
+                } else {
+                    NO_TOOL_ANSWER
+                }
+                .to_string(),
+            )
         } else if small && is_short_result(&result) {
             // A short result is the answer. Held to the answer guards, the small model can only
             // say it again (it wrote "The add tool returned 30." for 30), and writing that

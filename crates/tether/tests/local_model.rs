@@ -600,8 +600,21 @@ fn embedded_model_greets_without_reciting_a_servers_instructions() {
 /// made it search files.
 #[test]
 fn embedded_model_says_it_has_no_tool_for_the_weather() {
-    let dir = empty_dir("weather");
-    let (code, events, stderr) = run_json(&dir, "What's the weather like in Oslo tomorrow?", &[]);
+    says_it_has_no_tool("weather", "What's the weather like in Oslo tomorrow?");
+}
+
+/// A computation the built-in arithmetic does not do in one call: no product of the numbers
+/// given as the answer ("2 to the power of 10" was `multiply(2, 10)`, answered 20).
+#[test]
+fn embedded_model_says_it_has_no_tool_for_a_power() {
+    says_it_has_no_tool("power", "What is 2 to the power of 10?");
+}
+
+/// Asks `question` in a directory of its own; checks that no tool was called and that the
+/// answer says there is no tool for it.
+fn says_it_has_no_tool(name: &str, question: &str) {
+    let dir = empty_dir(name);
+    let (code, events, stderr) = run_json(&dir, question, &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         !events.iter().any(|e| e["type"] == "tool_call_started"),
