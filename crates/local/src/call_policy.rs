@@ -6,7 +6,7 @@
 use serde_json::Value;
 use tether_protocol::chat::{Message, SERVER_INSTRUCTIONS_OPENING, ToolDefinition};
 
-use crate::narrowing::identifier_words;
+use crate::narrowing::{identifier_words, spaced_words};
 
 /// Told to a small model whose tools do not fit the message.
 pub(crate) const NO_TOOL_FITS: &str = "None of your tools fits this message. If it asks you to look \
@@ -62,15 +62,10 @@ const COMPUTED: &[(&str, &[&str])] = &[
 
 /// Whether `text` asks for a computation (`COMPUTED`) that no tool of `tools` names.
 pub(crate) fn asks_to_compute_unserved(text: &str, tools: &[ToolDefinition]) -> bool {
-    let spaced = format!(" {} ", words_joined(text));
+    let spaced = spaced_words(text);
     let known: Vec<String> = tools
         .iter()
-        .map(|tool| {
-            format!(
-                " {} ",
-                words_joined(&format!("{} {}", tool.name, tool.description))
-            )
-        })
+        .map(|tool| spaced_words(&format!("{} {}", tool.name, tool.description)))
         .collect();
     COMPUTED.iter().any(|(asked, served)| {
         spaced.contains(&format!(" {asked} "))
@@ -78,15 +73,6 @@ pub(crate) fn asks_to_compute_unserved(text: &str, tools: &[ToolDefinition]) -> 
                 .iter()
                 .any(|k| served.iter().any(|w| k.contains(&format!(" {w} "))))
     })
-}
-
-/// `text`'s words in lower case, joined by single spaces.
-fn words_joined(text: &str) -> String {
-    text.to_lowercase()
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Whether `text` asks for something looked up live (`LOOKED_UP`) that no tool of `tools`
@@ -272,7 +258,7 @@ pub(crate) fn mentions_a_tool(text: &str, tools: &[ToolDefinition]) -> bool {
         .flat_map(|(_, meant)| meant.iter().map(|m| m.to_string()))
         .collect();
     asked.extend(meant);
-    let spaced = format!(" {} ", words_joined(text));
+    let spaced = spaced_words(text);
     asked.extend(
         EVERYDAY_PHRASES
             .iter()
@@ -460,13 +446,17 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn a_computation_no_tool_does_is_told_apart() {
-        let tool = |name: &str, description: &str| ToolDefinition {
+    /// A tool taking an object, known by its name and description alone.
+    fn tool(name: &str, description: &str) -> ToolDefinition {
+        ToolDefinition {
             name: name.into(),
             description: description.into(),
             parameters: serde_json::json!({"type": "object"}),
-        };
+        }
+    }
+
+    #[test]
+    fn a_computation_no_tool_does_is_told_apart() {
         let arithmetic = [
             tool("builtin__multiply", "Multiply two numbers: a * b."),
             tool("builtin__divide", "Divide two numbers: a / b."),
@@ -501,11 +491,6 @@ mod tests {
 
     #[test]
     fn a_failed_call_replaced_by_other_tools_is_tried_again_once() {
-        let tool = |name: &str, description: &str| ToolDefinition {
-            name: name.into(),
-            description: description.into(),
-            parameters: serde_json::json!({"type": "object"}),
-        };
         let failed = |is_error| Message::Tool {
             tool_call_id: "call_1".into(),
             name: "memory__add_observations".into(),

@@ -14,6 +14,12 @@ pub(crate) fn words_of(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// `text`'s words (as [`words_of`] gives them) joined by single spaces and padded with one on
+/// each side, so that `" {phrase} "` matches whole words only.
+pub(crate) fn spaced_words(text: &str) -> String {
+    format!(" {} ", words_of(text).join(" "))
+}
+
 /// The lower-cased words of `text` with identifiers split too: `tableName`, `table_name` and
 /// `table-name` all give `table`, `name`.
 pub(crate) fn identifier_words(text: &str) -> Vec<String> {

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use serde_json::{Value, json};
 use tether_protocol::chat::ToolDefinition;
 
-use crate::narrowing::{edit_properties, is_free, words_of};
+use crate::narrowing::{edit_properties, is_free, spaced_words};
 
 /// Where the tz database's tables live on Linux and macOS.
 const ZONEINFO: &str = "/usr/share/zoneinfo";
@@ -81,9 +81,8 @@ pub fn zones_named_in(text: &str) -> Vec<String> {
 }
 
 fn named_in(text: &str, places: &[Place]) -> Vec<String> {
-    // Words joined by single spaces, padded, so a place matches whole words only.
-    let words = words_of(text);
-    let spaced = format!(" {} ", words.join(" "));
+    // So a place matches whole words only.
+    let spaced = spaced_words(text);
     let mut found: Vec<(usize, String)> = places
         .iter()
         .filter_map(|place| {
