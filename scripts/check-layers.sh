@@ -11,7 +11,7 @@ import pathlib, re, sys, tomllib
 failures = []
 # The layers of ARCHITECTURE.md, bottom first: a crate depends only on crates of lower layers.
 LAYER = {
-    "tether-protocol": 0, "tether-encoder": 0, "tether-models": 0,
+    "tether-protocol": 0, "tether-encoder": 0, "tether-models": 0, "tether-llama-kernels": 0,
     "tether-mcp": 1, "tether-llm": 1,
     "tether-serve": 2, "tether-catalog": 2, "tether-local": 2,
     "tether-agent": 3, "tether-gateway": 3,

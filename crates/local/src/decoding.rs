@@ -134,6 +134,7 @@ pub(crate) fn evaluate_shared(
             to = level,
             evaluate_ms = evaluated.as_millis(),
             store_ms = (began.elapsed() - evaluated).as_millis(),
+            q4_1_kernel_products = tether_llama_kernels::q4_1_products(),
             "embedded model prompt level"
         );
         start = level;

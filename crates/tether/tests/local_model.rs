@@ -755,6 +755,37 @@ fn embedded_model_reuses_the_shared_part_of_its_system_turn() {
     );
 }
 
+/// The binary's prompts go through the tiled Q4_1 kernel (linked in by build.rs), and the
+/// call and answer are the ones ggml's own dot products give.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[test]
+fn embedded_model_evaluates_prompts_with_the_tiled_kernel_and_ggmls_answers() {
+    let dir = empty_dir("q4-1-kernel");
+    let run = |kernel: &str| {
+        let (code, events, stderr) = run_json_with(
+            &dir,
+            "What is 12 times 7?",
+            &["-vv"],
+            &[
+                ("TETHER_PROMPT_CACHE", std::ffi::OsStr::new("off")),
+                ("TETHER_PROMPT_KERNEL", std::ffi::OsStr::new(kernel)),
+            ],
+        );
+        assert_eq!(code, 0, "{stderr}");
+        let products = stderr
+            .lines()
+            .filter(|line| line.contains("embedded model prompt level"))
+            .map(|line| field(line, "q4_1_kernel_products"))
+            .max();
+        (calls_and_answer(&events), products)
+    };
+    let (ours, products) = run("tiled");
+    assert!(products.is_some_and(|n| n > 0), "{products:?}");
+    let (ggml, products) = run("ggml");
+    assert_eq!(products, Some(0));
+    assert_eq!(ours, ggml);
+}
+
 /// A short result is the answer: the model is not run again to say it ("The add tool
 /// returned 30." was all it wrote, at a third of the run's time).
 #[test]
