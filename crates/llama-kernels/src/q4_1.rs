@@ -1,8 +1,8 @@
 //! llama.cpp's prompt products over Q4_1 weights, tiled. ggml has a tiled kernel (llamafile's
 //! tinyBLAS) for Q8_0, Q4_0 and float weights, but multiplies Q4_1 weights, the default model's,
 //! one dot product per call: every call unpacks its weight row again, reloads the prompt's row
-//! and sums its eight lanes. Here four weight rows by two prompt tokens share each load and
-//! each unpacking (docs/decisions.md, "A tiled kernel for Q4_1 prompts").
+//! and sums its eight lanes. Here eight prompt tokens share each load and unpacking of a
+//! weight row, and the sums stay in registers (docs/decisions.md, "A tiled kernel for Q4_1 prompts").
 //!
 //! Every output is the float ggml's own AVX2 dot product (`ggml_vec_dot_q4_1_q8_1`) gives, bit
 //! for bit: each of the eight pairs keeps its own eight-lane accumulator and scalar sum of the
@@ -20,17 +20,19 @@ use std::arch::x86_64::*;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
-/// ggml's type numbers (ggml.h, `enum ggml_type`).
-const GGML_TYPE_F32: c_int = 0;
-const GGML_TYPE_Q4_1: c_int = 3;
-const GGML_TYPE_Q8_1: c_int = 9;
+/// ggml's type numbers (ggml.h, `enum ggml_type`): floats.
+pub const GGML_TYPE_F32: c_int = 0;
+/// ggml's number for Q4_1 weights.
+pub const GGML_TYPE_Q4_1: c_int = 3;
+/// ggml's number for Q8_1, the prompt's form for a product with Q4_1 weights.
+pub const GGML_TYPE_Q8_1: c_int = 9;
 
-/// Weight rows by prompt tokens in one tile: eight accumulators, two prompt blocks, the
-/// unpacked weights, the sums of minimums and two constants fit AVX2's sixteen registers.
-const ROWS: usize = 4;
-const COLS: usize = 2;
-/// One lane of the tile's vectors per output: lane `row * COLS + col`.
-const LANES: usize = ROWS * COLS;
+/// Prompt tokens in one tile, against one weight row at a time: the eight sums, the row's
+/// unpacked weights, scale and minimum, a constant and two temporaries fit AVX2's sixteen
+/// registers, and the tokens' blocks and scales are read by the multiplications themselves,
+/// so nothing is spilled (two rows by four tokens spilled four sums a block;
+/// docs/decisions.md).
+const COLS: usize = 8;
 
 /// ggml's `block_q4_1`: 32 weights as `d * q + m` with `q` in 0..16, two to a byte (the low
 /// nibbles are the first 16).
@@ -55,8 +57,10 @@ pub(crate) struct BlockQ8_1 {
 /// of how many. Only read, and only these two.
 #[repr(C)]
 pub struct ComputeParams {
-    ith: c_int,
-    nth: c_int,
+    /// This thread's number, from 0.
+    pub ith: c_int,
+    /// How many threads share the product.
+    pub nth: c_int,
 }
 
 unsafe extern "C" {
@@ -129,11 +133,12 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
     btype: c_int,
     ctype: c_int,
 ) -> bool {
-    // A single token's product (generation) stays ggml's, as it does for ggml's own kernels.
+    // Fewer tokens than a tile (generation, a short draft) stay ggml's: a tile's missing
+    // tokens would be computed for nothing.
     let ours = atype == GGML_TYPE_Q4_1
         && btype == GGML_TYPE_Q8_1
         && ctype == GGML_TYPE_F32
-        && n >= 2
+        && n >= COLS as i64
         && m > 0
         && k > 0
         && enabled();
@@ -181,7 +186,10 @@ pub(crate) struct Shape {
     pub(crate) ldc: usize,
 }
 
-/// Thread `ith` of `nth`'s share of C: a contiguous run of four-row tiles.
+/// Thread `ith` of `nth`'s share of C: a contiguous run of weight rows against every token.
+/// Tokens are the outer loop, so that a tile's tokens (a few kilobytes) stay in the first
+/// cache level while the rows pass, and the rows (a fraction of their size per output)
+/// are what is read from the second.
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C; `a`, `b` and `c` hold the matrices `shape` describes.
@@ -195,74 +203,61 @@ pub(crate) unsafe fn gemm(
     c: *mut f32,
 ) {
     let Shape { m, n, k, .. } = shape;
-    let row_tiles = m.div_ceil(ROWS);
-    let (first, last) = (row_tiles * ith / nth, row_tiles * (ith + 1) / nth);
+    let (first, last) = (m * ith / nth, m * (ith + 1) / nth);
     if first >= last {
         return;
     }
-    let col_tiles = n.div_ceil(COLS);
-    // The prompt's scales as floats, two tokens side by side per block, so that one 64-bit
-    // broadcast lays them out as the tile's lanes want them. A missing last token repeats the
-    // one before (its outputs are not stored).
-    let mut b_d = vec![0f32; col_tiles * k * COLS];
-    let mut b_s = vec![0f32; col_tiles * k * COLS];
-    for tile in 0..col_tiles {
-        for col in 0..COLS {
-            let j = (tile * COLS + col).min(n - 1);
+    // The rows' scales and minimums as floats, per row and block.
+    let rows = last - first;
+    let mut a_d = vec![0f32; rows * k];
+    let mut a_m = vec![0f32; rows * k];
+    for row in 0..rows {
+        for ib in 0..k {
+            // SAFETY: first + row < m and ib < k.
+            let block = unsafe { &*a.add((first + row) * shape.lda + ib) };
+            a_d[row * k + ib] = half(block.d);
+            a_m[row * k + ib] = half(block.m);
+        }
+    }
+    // A tile's tokens' scales as floats: each token's scale filling a vector (so that a
+    // multiplication reads it from memory), and their sums side by side, per block. A
+    // missing last token repeats the one before (its outputs are not stored).
+    let mut b_d = vec![0f32; k * COLS * 8];
+    let mut b_s = vec![0f32; k * COLS];
+    for col_tile in 0..n.div_ceil(COLS) {
+        let cols: [usize; COLS] = std::array::from_fn(|c| (col_tile * COLS + c).min(n - 1));
+        for (col, &j) in cols.iter().enumerate() {
             for ib in 0..k {
                 // SAFETY: j < n and ib < k.
                 let block = unsafe { &*b.add(j * shape.ldb + ib) };
-                b_d[(tile * k + ib) * COLS + col] = half(block.d);
-                b_s[(tile * k + ib) * COLS + col] = half(block.s);
+                b_d[(ib * COLS + col) * 8..][..8].fill(half(block.d));
+                b_s[ib * COLS + col] = half(block.s);
             }
         }
-    }
-    // The weights' scales and minimums as floats, one per lane, per block.
-    let mut a_d = vec![0f32; k * LANES];
-    let mut a_m = vec![0f32; k * LANES];
-    for tile in first..last {
-        let rows: [usize; ROWS] = std::array::from_fn(|r| (tile * ROWS + r).min(m - 1));
-        for ib in 0..k {
-            for (r, &i) in rows.iter().enumerate() {
-                // SAFETY: i < m and ib < k.
-                let block = unsafe { &*a.add(i * shape.lda + ib) };
-                let (d, min) = (half(block.d), half(block.m));
-                for col in 0..COLS {
-                    a_d[ib * LANES + r * COLS + col] = d;
-                    a_m[ib * LANES + r * COLS + col] = min;
-                }
-            }
-        }
-        let a_rows: [*const BlockQ4_1; ROWS] =
-            std::array::from_fn(|r| a.wrapping_add(rows[r] * shape.lda));
-        for col_tile in 0..col_tiles {
-            let cols: [usize; COLS] = std::array::from_fn(|c| (col_tile * COLS + c).min(n - 1));
-            let b_cols: [*const BlockQ8_1; COLS] =
-                std::array::from_fn(|c| b.wrapping_add(cols[c] * shape.ldb));
+        let b_cols: [*const BlockQ8_1; COLS] =
+            std::array::from_fn(|c| b.wrapping_add(cols[c] * shape.ldb));
+        for row in 0..rows {
+            let i = first + row;
             let scales = TileScales {
-                a_d: &a_d,
-                a_m: &a_m,
-                b_d: &b_d[col_tile * k * COLS..(col_tile + 1) * k * COLS],
-                b_s: &b_s[col_tile * k * COLS..(col_tile + 1) * k * COLS],
+                a_d: &a_d[row * k..(row + 1) * k],
+                a_m: &a_m[row * k..(row + 1) * k],
+                b_d: &b_d,
+                b_s: &b_s,
             };
-            // SAFETY: the rows and columns are within the matrices.
-            let out = unsafe { tile_sums(k, a_rows, b_cols, scales) };
-            for (r, &i) in rows.iter().enumerate() {
-                if tile * ROWS + r >= m {
-                    break;
-                }
-                for (col, &j) in cols.iter().enumerate() {
-                    if col_tile * COLS + col < n {
-                        // SAFETY: i < m and j < n.
-                        unsafe { *c.add(j * shape.ldc + i) = out[r * COLS + col] };
-                    }
+            // SAFETY: row i and the tile's tokens are within the matrices.
+            let out = unsafe { tile_sums(k, a.wrapping_add(i * shape.lda), b_cols, &scales) };
+            for (col, &j) in cols.iter().enumerate() {
+                if col_tile * COLS + col < n {
+                    // SAFETY: i < m and j < n.
+                    unsafe { *c.add(j * shape.ldc + i) = out[col] };
                 }
             }
         }
     }
 }
 
-/// A tile's scales as floats, `k` blocks of lanes (`a_*`) and of token pairs (`b_*`).
+/// A tile's scales as floats for `k` blocks: per block, the row's scale (`a_d`) and minimum
+/// (`a_m`), each token's scale filling a vector (`b_d`), and the tokens' sums (`b_s`).
 struct TileScales<'a> {
     a_d: &'a [f32],
     a_m: &'a [f32],
@@ -270,57 +265,60 @@ struct TileScales<'a> {
     b_s: &'a [f32],
 }
 
-/// The tile's eight outputs, lane `row * COLS + col`.
+/// The row's products with the tile's eight tokens.
 ///
 /// # Safety
-/// The CPU has AVX2, FMA and F16C; each row and column pointer holds `k` blocks; the scales
-/// hold `k` blocks each.
+/// The CPU has AVX2, FMA and F16C; the row and each column pointer hold `k` blocks; the
+/// scales hold `k` blocks each.
 #[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
+#[inline(never)]
 unsafe fn tile_sums(
     k: usize,
-    a_rows: [*const BlockQ4_1; ROWS],
+    row: *const BlockQ4_1,
     b_cols: [*const BlockQ8_1; COLS],
-    scales: TileScales<'_>,
-) -> [f32; LANES] {
-    debug_assert!(scales.a_d.len() >= k * LANES && scales.b_d.len() >= k * COLS);
+    scales: &TileScales<'_>,
+) -> [f32; COLS] {
+    debug_assert!(scales.a_d.len() >= k && scales.a_m.len() >= k);
+    debug_assert!(scales.b_d.len() >= k * COLS * 8 && scales.b_s.len() >= k * COLS);
     let ones = _mm256_set1_epi16(1);
     let low = _mm256_set1_epi8(0x0f);
-    let mut acc = [[_mm256_setzero_ps(); COLS]; ROWS];
+    let mut acc = [_mm256_setzero_ps(); COLS];
     // ggml's scalar sum of minimum × token sum, one per output, as lanes: the same fused
     // multiply-add in the same order, eight at once.
     let mut mins = _mm256_setzero_ps();
-    let mut products = [0f32; LANES];
-    for ib in 0..k {
-        // SAFETY: ib < k, within every row, column and scale slice (the caller's promise).
+    let (mut row, mut b_cols) = (row, b_cols);
+    let (mut a_d, mut a_m) = (scales.a_d.as_ptr(), scales.a_m.as_ptr());
+    let (mut b_d, mut b_s) = (scales.b_d.as_ptr(), scales.b_s.as_ptr());
+    for _ in 0..k {
+        // SAFETY: one block of k along the row, every column and scale (the caller's
+        // promise); each pointer moves on by one block after it.
         unsafe {
-            let pair = scales.b_d.as_ptr().add(ib * COLS).cast::<f64>();
-            let b_d = _mm256_castpd_ps(_mm256_broadcast_sd(&*pair));
-            let pair = scales.b_s.as_ptr().add(ib * COLS).cast::<f64>();
-            let b_s = _mm256_castpd_ps(_mm256_broadcast_sd(&*pair));
-            let a_d = _mm256_loadu_ps(scales.a_d.as_ptr().add(ib * LANES));
-            let a_m = _mm256_loadu_ps(scales.a_m.as_ptr().add(ib * LANES));
-            mins = _mm256_fmadd_ps(a_m, b_s, mins);
-            _mm256_storeu_ps(products.as_mut_ptr(), _mm256_mul_ps(a_d, b_d));
-            let qy: [__m256i; COLS] = std::array::from_fn(|c| {
-                _mm256_loadu_si256((*b_cols[c].add(ib)).qs.as_ptr().cast::<__m256i>())
-            });
-            for (r, row) in a_rows.iter().enumerate() {
-                let packed = _mm_loadu_si128((*row.add(ib)).qs.as_ptr().cast::<__m128i>());
-                let qx =
-                    _mm256_and_si256(low, _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed));
-                for c in 0..COLS {
-                    let dot = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(qx, qy[c]));
-                    let scale = _mm256_set1_ps(products[r * COLS + c]);
-                    acc[r][c] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), acc[r][c]);
-                }
+            mins = _mm256_fmadd_ps(_mm256_broadcast_ss(&*a_m), _mm256_loadu_ps(b_s), mins);
+            let packed = _mm_loadu_si128((*row).qs.as_ptr().cast::<__m128i>());
+            let qx = _mm256_and_si256(low, _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed));
+            let d0 = _mm256_broadcast_ss(&*a_d);
+            for (c, col) in b_cols.iter().enumerate() {
+                let qy = _mm256_loadu_si256((**col).qs.as_ptr().cast::<__m256i>());
+                let dot = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(qx, qy));
+                // ggml adds (d0 × d1) × dot; d0 × (dot × d1) is the same number: a product
+                // of two halves is exact in a float, and so is a half times a dot of at most
+                // 13 bits, so the fused product is the same real number.
+                let scaled =
+                    _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_loadu_ps(b_d.add(c * 8)));
+                acc[c] = _mm256_fmadd_ps(d0, scaled, acc[c]);
             }
+            row = row.add(1);
+            b_cols = b_cols.map(|col| col.add(1));
+            a_d = a_d.add(1);
+            a_m = a_m.add(1);
+            b_d = b_d.add(COLS * 8);
+            b_s = b_s.add(COLS);
         }
     }
-    let mut minimums = [0f32; LANES];
+    let mut minimums = [0f32; COLS];
     // SAFETY: a store of eight floats into eight.
     unsafe { _mm256_storeu_ps(minimums.as_mut_ptr(), mins) };
-    std::array::from_fn(|lane| hsum(acc[lane / COLS][lane % COLS]) + minimums[lane])
+    std::array::from_fn(|col| hsum(acc[col]) + minimums[col])
 }
 
 /// ggml's `hsum_float_8`: high half plus low half, then the pairs, then the last two.

@@ -111,6 +111,8 @@ fn gives_ggmls_sums_bit_for_bit() {
         (64, 7, 48),
         (3, 2, 18),
         (192, 31, 18),
+        (5, 9, 18),
+        (7, 16, 3),
     ];
     for (index, &(m, n, k)) in shapes.iter().enumerate() {
         for threads in [1, 2, 3] {
@@ -128,11 +130,11 @@ fn gives_ggmls_sums_bit_for_bit() {
 }
 
 #[test]
-fn leaves_a_single_tokens_product_and_other_types_to_ggml() {
+fn leaves_fewer_tokens_than_a_tile_and_other_types_to_ggml() {
     let params = ComputeParams { ith: 0, nth: 1 };
-    let (a, b) = (weights(&mut Noise(7), 2), tokens(&mut Noise(8), 2));
-    let mut c = [f32::NAN; 4];
-    // SAFETY: two rows of one block each, and room for their products.
+    let (a, b) = (weights(&mut Noise(7), 2), tokens(&mut Noise(8), COLS));
+    let mut c = [f32::NAN; 2 * COLS];
+    // SAFETY: two rows and COLS tokens of one block each, and room for their products.
     let (single, other) = unsafe {
         let call = |n: i64, btype: c_int, c: *mut f32| {
             __wrap_llamafile_sgemm(
@@ -152,11 +154,11 @@ fn leaves_a_single_tokens_product_and_other_types_to_ggml() {
             )
         };
         (
-            call(1, GGML_TYPE_Q8_1, c.as_mut_ptr()),
-            call(2, GGML_TYPE_F32, c.as_mut_ptr()),
+            call(COLS as i64 - 1, GGML_TYPE_Q8_1, c.as_mut_ptr()),
+            call(COLS as i64, GGML_TYPE_F32, c.as_mut_ptr()),
         )
     };
-    // ggml's tiled kernels take neither (no single token, no Q4_1), so both fall back.
+    // ggml's tiled kernels take neither (they have none for Q4_1), so both fall back.
     assert!(!single && !other);
     assert!(c.iter().all(|x| x.is_nan()));
 }
