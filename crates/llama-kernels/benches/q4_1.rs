@@ -39,11 +39,13 @@ fn blocks(seed: &mut u64, count: usize, size: usize) -> Vec<u8> {
 
 fn main() {
     // SAFETY: ggml's own initialisation and type table.
-    let vec_dot = unsafe {
+    let dot_product = unsafe {
         ggml::ggml_cpu_init();
-        (*ggml::ggml_get_type_traits_cpu(ggml::GGML_TYPE_Q4_1))
-            .vec_dot
-            .unwrap()
+        (*ggml::ggml_get_type_traits_cpu(ggml::GGML_TYPE_Q4_1)).vec_dot
+    };
+    let Some(vec_dot) = dot_product else {
+        eprintln!("ggml has no dot product for Q4_1 weights in this build");
+        std::process::exit(1);
     };
     let tokens = 64;
     println!(

@@ -219,33 +219,41 @@ pub(crate) unsafe fn gemm(
             a_m[row * k + ib] = half(block.m);
         }
     }
-    // A tile's tokens' scales as floats: each token's scale filling a vector (so that a
-    // multiplication reads it from memory), and their sums side by side, per block. A
-    // missing last token repeats the one before (its outputs are not stored).
-    let mut b_d = vec![0f32; k * COLS * 8];
-    let mut b_s = vec![0f32; k * COLS];
+    // A tile's tokens copied into aligned vectors, block after block: each token's quants,
+    // its scale filling a vector (so that a multiplication reads it from memory), and the
+    // tokens' sums side by side. ggml's blocks are 36 bytes apart, so nearly half of the
+    // loads straight from them would cross a cache line. A missing last token repeats the
+    // one before (its outputs are not stored).
+    let mut b_q = vec![_mm256_setzero_si256(); k * COLS];
+    let mut b_d = vec![_mm256_setzero_ps(); k * COLS];
+    let mut b_s = vec![_mm256_setzero_ps(); k];
     for col_tile in 0..n.div_ceil(COLS) {
         let cols: [usize; COLS] = std::array::from_fn(|c| (col_tile * COLS + c).min(n - 1));
-        for (col, &j) in cols.iter().enumerate() {
-            for ib in 0..k {
+        for ib in 0..k {
+            let mut sums = [0f32; COLS];
+            for (col, &j) in cols.iter().enumerate() {
                 // SAFETY: j < n and ib < k.
                 let block = unsafe { &*b.add(j * shape.ldb + ib) };
-                b_d[(ib * COLS + col) * 8..][..8].fill(half(block.d));
-                b_s[ib * COLS + col] = half(block.s);
+                // SAFETY: 32 bytes read from a block's 32 quants.
+                b_q[ib * COLS + col] =
+                    unsafe { _mm256_loadu_si256(block.qs.as_ptr().cast::<__m256i>()) };
+                b_d[ib * COLS + col] = _mm256_set1_ps(half(block.d));
+                sums[col] = half(block.s);
             }
+            // SAFETY: eight floats read from eight.
+            b_s[ib] = unsafe { _mm256_loadu_ps(sums.as_ptr()) };
         }
-        let b_cols: [*const BlockQ8_1; COLS] =
-            std::array::from_fn(|c| b.wrapping_add(cols[c] * shape.ldb));
         for row in 0..rows {
             let i = first + row;
-            let scales = TileScales {
+            let tile = Tile {
                 a_d: &a_d[row * k..(row + 1) * k],
                 a_m: &a_m[row * k..(row + 1) * k],
+                b_q: &b_q,
                 b_d: &b_d,
                 b_s: &b_s,
             };
-            // SAFETY: row i and the tile's tokens are within the matrices.
-            let out = unsafe { tile_sums(k, a.wrapping_add(i * shape.lda), b_cols, &scales) };
+            // SAFETY: row i is within A.
+            let out = unsafe { tile_sums(k, a.wrapping_add(i * shape.lda), &tile) };
             for (col, &j) in cols.iter().enumerate() {
                 if col_tile * COLS + col < n {
                     // SAFETY: i < m and j < n.
@@ -256,63 +264,56 @@ pub(crate) unsafe fn gemm(
     }
 }
 
-/// A tile's scales as floats for `k` blocks: per block, the row's scale (`a_d`) and minimum
-/// (`a_m`), each token's scale filling a vector (`b_d`), and the tokens' sums (`b_s`).
-struct TileScales<'a> {
+/// A tile for `k` blocks: per block, the row's scale (`a_d`) and minimum (`a_m`), each
+/// token's quants (`b_q`) and scale filling a vector (`b_d`), and the tokens' sums (`b_s`).
+struct Tile<'a> {
     a_d: &'a [f32],
     a_m: &'a [f32],
-    b_d: &'a [f32],
-    b_s: &'a [f32],
+    b_q: &'a [__m256i],
+    b_d: &'a [__m256],
+    b_s: &'a [__m256],
 }
 
 /// The row's products with the tile's eight tokens.
 ///
 /// # Safety
-/// The CPU has AVX2, FMA and F16C; the row and each column pointer hold `k` blocks; the
-/// scales hold `k` blocks each.
+/// The CPU has AVX2, FMA and F16C; the row holds `k` blocks, and so does the tile.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline(never)]
-unsafe fn tile_sums(
-    k: usize,
-    row: *const BlockQ4_1,
-    b_cols: [*const BlockQ8_1; COLS],
-    scales: &TileScales<'_>,
-) -> [f32; COLS] {
-    debug_assert!(scales.a_d.len() >= k && scales.a_m.len() >= k);
-    debug_assert!(scales.b_d.len() >= k * COLS * 8 && scales.b_s.len() >= k * COLS);
+unsafe fn tile_sums(k: usize, row: *const BlockQ4_1, tile: &Tile<'_>) -> [f32; COLS] {
+    debug_assert!(tile.a_d.len() >= k && tile.a_m.len() >= k && tile.b_s.len() >= k);
+    debug_assert!(tile.b_q.len() >= k * COLS && tile.b_d.len() >= k * COLS);
     let ones = _mm256_set1_epi16(1);
     let low = _mm256_set1_epi8(0x0f);
     let mut acc = [_mm256_setzero_ps(); COLS];
     // ggml's scalar sum of minimum × token sum, one per output, as lanes: the same fused
     // multiply-add in the same order, eight at once.
     let mut mins = _mm256_setzero_ps();
-    let (mut row, mut b_cols) = (row, b_cols);
-    let (mut a_d, mut a_m) = (scales.a_d.as_ptr(), scales.a_m.as_ptr());
-    let (mut b_d, mut b_s) = (scales.b_d.as_ptr(), scales.b_s.as_ptr());
+    let mut row = row;
+    let (mut a_d, mut a_m) = (tile.a_d.as_ptr(), tile.a_m.as_ptr());
+    let (mut b_q, mut b_d, mut b_s) = (tile.b_q.as_ptr(), tile.b_d.as_ptr(), tile.b_s.as_ptr());
     for _ in 0..k {
-        // SAFETY: one block of k along the row, every column and scale (the caller's
-        // promise); each pointer moves on by one block after it.
+        // SAFETY: one block of k along the row and the tile (the caller's promise); each
+        // pointer moves on by one block after it.
         unsafe {
-            mins = _mm256_fmadd_ps(_mm256_broadcast_ss(&*a_m), _mm256_loadu_ps(b_s), mins);
+            mins = _mm256_fmadd_ps(_mm256_broadcast_ss(&*a_m), *b_s, mins);
             let packed = _mm_loadu_si128((*row).qs.as_ptr().cast::<__m128i>());
             let qx = _mm256_and_si256(low, _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed));
             let d0 = _mm256_broadcast_ss(&*a_d);
-            for (c, col) in b_cols.iter().enumerate() {
-                let qy = _mm256_loadu_si256((**col).qs.as_ptr().cast::<__m256i>());
-                let dot = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(qx, qy));
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let dot = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(qx, *b_q.add(c)));
                 // ggml adds (d0 × d1) × dot; d0 × (dot × d1) is the same number: a product
                 // of two halves is exact in a float, and so is a half times a dot of at most
                 // 13 bits, so the fused product is the same real number.
-                let scaled =
-                    _mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_loadu_ps(b_d.add(c * 8)));
-                acc[c] = _mm256_fmadd_ps(d0, scaled, acc[c]);
+                let scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), *b_d.add(c));
+                *acc = _mm256_fmadd_ps(d0, scaled, *acc);
             }
             row = row.add(1);
-            b_cols = b_cols.map(|col| col.add(1));
             a_d = a_d.add(1);
             a_m = a_m.add(1);
-            b_d = b_d.add(COLS * 8);
-            b_s = b_s.add(COLS);
+            b_q = b_q.add(COLS);
+            b_d = b_d.add(COLS);
+            b_s = b_s.add(1);
         }
     }
     let mut minimums = [0f32; COLS];
