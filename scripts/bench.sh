@@ -4,7 +4,8 @@
 #           and 64 in flight vs the TypeScript and Python SDK clients against a fast Rust server
 #           and server-everything; the agent loop's overhead per call; start-up of 1/10/50
 #           servers and the first request with one slow server; peak RSS of run and chat
-#   local — embedded-model tool-call accuracy with and without grammar; tokens/s vs llama-bench
+#   local — embedded-model tool-call accuracy with and without grammar; tokens/s vs llama-bench;
+#           the Q4_1 prompt kernel against ggml's dot products; busy/quiet end to end
 #   search — tool-search recall and speed over the BFCL v4 fixture (1,853 tools); tokens per mode;
 #            the encoder's speed, and `tools --search`'s first search cold and warm with its RSS
 #   gateway — `tether serve` (both eras) vs direct, the floor of an HTTP-to-stdio proxy, the Rust
@@ -61,6 +62,7 @@ cargo bench --locked -p tether-encoder --bench encode "${args[@]}"
 python3 scripts/bench-first-search.py "${CARGO_TARGET_DIR:-target}/release/tether" "$encoder_dir" 5
 cargo bench --locked -p tether --bench gateway "${args[@]}"
 if [ -z "$quick" ]; then
+  cargo bench --locked -p tether-llama-kernels --bench q4_1 "${args[@]}"
   cargo bench --locked -p tether --bench local "${args[@]}"
 fi
 echo "bench: load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
