@@ -35,7 +35,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-inputs=(Cargo.lock scripts/tether.sh scripts/build-env.sh crates/local/Cargo.toml crates/local/build.rs crates/tether/build.rs crates/llama-kernels/build.rs scripts/bare-machine.sh scripts/test-bare-machine.sh)
+inputs=(Cargo.lock scripts/tether.sh scripts/build-env.sh crates/local/Cargo.toml crates/local/build.rs crates/tether/build.rs crates/llama-kernels/build.rs crates/llama-kernels/link.rs scripts/bare-machine.sh scripts/test-bare-machine.sh)
 if ! git diff --quiet HEAD -- "${inputs[@]}" 2>/dev/null; then
   echo "bare machine: note: the test clones HEAD; uncommitted changes to ${inputs[*]} are not part of it" >&2
 fi
