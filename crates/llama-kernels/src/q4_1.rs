@@ -2,18 +2,20 @@
 //! tinyBLAS) for Q8_0, Q4_0 and float weights, but multiplies Q4_1 weights, the default model's,
 //! one dot product per call: every call unpacks its weight row again, reloads the prompt's row
 //! and sums its eight lanes. Here eight prompt tokens share each load and unpacking of a
-//! weight row, and the sums stay in registers (docs/decisions.md, "A tiled kernel for Q4_1 prompts").
+//! weight row, and the sums stay in registers (docs/decisions.md, "A tiled kernel for Q4_1
+//! prompts").
 //!
 //! Every output is the float ggml's own AVX2 dot product (`ggml_vec_dot_q4_1_q8_1`) gives, bit
-//! for bit: each of the eight pairs keeps its own eight-lane accumulator and scalar sum of the
+//! for bit: each of a tile's eight outputs keeps its own eight-lane accumulator and sum of the
 //! minimums, fed block after block in ggml's order with ggml's fused operations, and summed
 //! across lanes the way ggml sums them. So answers cannot change, only their speed; a unit test
 //! holds it to that against ggml's own function.
 //!
 //! The hook is the linker's: the binaries that link llama.cpp are linked with
-//! `--wrap=llamafile_sgemm` (the build scripts of tether-local and tether, and this crate's for its tests), so ggml's call to
-//! its tiled kernels reaches [`__wrap_llamafile_sgemm`], which takes Q4_1 products and hands
-//! every other one to ggml's own (`__real_llamafile_sgemm`). llama.cpp's source stays as
+//! `--wrap=llamafile_sgemm` (`link.rs`, included by the build scripts of tether-local, tether
+//! and this crate), so ggml's call to its tiled kernels reaches [`__wrap_llamafile_sgemm`],
+//! which takes Q4_1 products of a tile's tokens or more and hands every other one to ggml's
+//! own (`__real_llamafile_sgemm`). llama.cpp's source stays as
 //! published. `TETHER_PROMPT_KERNEL=ggml` leaves every product to ggml, for comparisons.
 
 use std::arch::x86_64::*;
