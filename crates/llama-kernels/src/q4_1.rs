@@ -29,11 +29,11 @@ pub const GGML_TYPE_Q4_1: c_int = 3;
 /// ggml's number for Q8_1, the prompt's form for a product with Q4_1 weights.
 pub const GGML_TYPE_Q8_1: c_int = 9;
 
-/// Prompt tokens in one tile, against one weight row at a time: the eight sums, the row's
-/// unpacked weights, scale and minimum, a constant and two temporaries fit AVX2's sixteen
-/// registers, and the tokens' blocks and scales are read by the multiplications themselves,
-/// so nothing is spilled (two rows by four tokens spilled four sums a block;
-/// docs/decisions.md).
+/// Prompt tokens in one tile, against one weight row at a time: the eight sums, the sum of
+/// the minimums, the row's unpacked weights, two constants and three temporaries fit AVX2's
+/// sixteen registers, and the tokens' blocks and combined scales are read by the
+/// instructions themselves, so nothing is spilled (two rows by four tokens spilled four sums
+/// a block; docs/decisions.md).
 const COLS: usize = 8;
 
 /// ggml's `block_q4_1`: 32 weights as `d * q + m` with `q` in 0..16, two to a byte (the low
@@ -227,31 +227,39 @@ pub(crate) unsafe fn gemm(
     // loads straight from them would cross a cache line. A missing last token repeats the
     // one before (its outputs are not stored).
     let mut b_q = vec![_mm256_setzero_si256(); k * COLS];
-    let mut b_d = vec![_mm256_setzero_ps(); k * COLS];
+    let mut b_d = vec![_mm256_setzero_ps(); k];
     let mut b_s = vec![_mm256_setzero_ps(); k];
+    let mut scales = vec![_mm256_setzero_ps(); k];
     for col_tile in 0..n.div_ceil(COLS) {
         let cols: [usize; COLS] = std::array::from_fn(|c| (col_tile * COLS + c).min(n - 1));
         for ib in 0..k {
-            let mut sums = [0f32; COLS];
+            let (mut ds, mut sums) = ([0f32; COLS], [0f32; COLS]);
             for (col, &j) in cols.iter().enumerate() {
                 // SAFETY: j < n and ib < k.
                 let block = unsafe { &*b.add(j * shape.ldb + ib) };
                 // SAFETY: 32 bytes read from a block's 32 quants.
                 b_q[ib * COLS + col] =
                     unsafe { _mm256_loadu_si256(block.qs.as_ptr().cast::<__m256i>()) };
-                b_d[ib * COLS + col] = _mm256_set1_ps(half(block.d));
+                ds[col] = half(block.d);
                 sums[col] = half(block.s);
             }
-            // SAFETY: eight floats read from eight.
-            b_s[ib] = unsafe { _mm256_loadu_ps(sums.as_ptr()) };
+            // SAFETY: eight floats read from eight, twice.
+            unsafe {
+                b_d[ib] = _mm256_loadu_ps(ds.as_ptr());
+                b_s[ib] = _mm256_loadu_ps(sums.as_ptr());
+            }
         }
         for row in 0..rows {
             let i = first + row;
+            // The row's scale times each token's, per block: ggml's combined scale, a float
+            // each multiplication below reads from memory.
+            for ib in 0..k {
+                scales[ib] = _mm256_mul_ps(_mm256_set1_ps(a_d[row * k + ib]), b_d[ib]);
+            }
             let tile = Tile {
-                a_d: &a_d[row * k..(row + 1) * k],
                 a_m: &a_m[row * k..(row + 1) * k],
                 b_q: &b_q,
-                b_d: &b_d,
+                scales: &scales,
                 b_s: &b_s,
             };
             // SAFETY: row i is within A.
@@ -266,13 +274,12 @@ pub(crate) unsafe fn gemm(
     }
 }
 
-/// A tile for `k` blocks: per block, the row's scale (`a_d`) and minimum (`a_m`), each
-/// token's quants (`b_q`) and scale filling a vector (`b_d`), and the tokens' sums (`b_s`).
+/// A tile for `k` blocks: per block, the row's minimum (`a_m`), each token's quants
+/// (`b_q`), the row's scale times each token's (`scales`) and the tokens' sums (`b_s`).
 struct Tile<'a> {
-    a_d: &'a [f32],
     a_m: &'a [f32],
     b_q: &'a [__m256i],
-    b_d: &'a [__m256],
+    scales: &'a [__m256],
     b_s: &'a [__m256],
 }
 
@@ -283,8 +290,8 @@ struct Tile<'a> {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline(never)]
 unsafe fn tile_sums(k: usize, row: *const BlockQ4_1, tile: &Tile<'_>) -> [f32; COLS] {
-    debug_assert!(tile.a_d.len() >= k && tile.a_m.len() >= k && tile.b_s.len() >= k);
-    debug_assert!(tile.b_q.len() >= k * COLS && tile.b_d.len() >= k * COLS);
+    debug_assert!(tile.a_m.len() >= k && tile.b_s.len() >= k && tile.scales.len() >= k);
+    debug_assert!(tile.b_q.len() >= k * COLS);
     let ones = _mm256_set1_epi16(1);
     let low = _mm256_set1_epi8(0x0f);
     let mut acc = [_mm256_setzero_ps(); COLS];
@@ -292,8 +299,9 @@ unsafe fn tile_sums(k: usize, row: *const BlockQ4_1, tile: &Tile<'_>) -> [f32; C
     // multiply-add in the same order, eight at once.
     let mut mins = _mm256_setzero_ps();
     let mut row = row;
-    let (mut a_d, mut a_m) = (tile.a_d.as_ptr(), tile.a_m.as_ptr());
-    let (mut b_q, mut b_d, mut b_s) = (tile.b_q.as_ptr(), tile.b_d.as_ptr(), tile.b_s.as_ptr());
+    let mut a_m = tile.a_m.as_ptr();
+    let (mut b_q, mut b_s) = (tile.b_q.as_ptr(), tile.b_s.as_ptr());
+    let mut scales = tile.scales.as_ptr().cast::<f32>();
     for _ in 0..k {
         // SAFETY: one block of k along the row and the tile (the caller's promise); each
         // pointer moves on by one block after it.
@@ -301,20 +309,16 @@ unsafe fn tile_sums(k: usize, row: *const BlockQ4_1, tile: &Tile<'_>) -> [f32; C
             mins = _mm256_fmadd_ps(_mm256_broadcast_ss(&*a_m), *b_s, mins);
             let packed = _mm_loadu_si128((*row).qs.as_ptr().cast::<__m128i>());
             let qx = _mm256_and_si256(low, _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed));
-            let d0 = _mm256_broadcast_ss(&*a_d);
             for (c, acc) in acc.iter_mut().enumerate() {
                 let dot = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(qx, *b_q.add(c)));
-                // ggml adds (d0 × d1) × dot; d0 × (dot × d1) is the same number: a product
-                // of two halves is exact in a float, and so is a half times a dot of at most
-                // 13 bits, so the fused product is the same real number.
-                let scaled = _mm256_mul_ps(_mm256_cvtepi32_ps(dot), *b_d.add(c));
-                *acc = _mm256_fmadd_ps(d0, scaled, *acc);
+                // ggml's own step: (d0 × d1) × dot added to the lanes, fused.
+                let scale = _mm256_broadcast_ss(&*scales.add(c));
+                *acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), *acc);
             }
             row = row.add(1);
-            a_d = a_d.add(1);
             a_m = a_m.add(1);
             b_q = b_q.add(COLS);
-            b_d = b_d.add(COLS);
+            scales = scales.add(COLS);
             b_s = b_s.add(1);
         }
     }
