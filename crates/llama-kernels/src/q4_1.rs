@@ -161,14 +161,18 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
             ldb: ldb as usize,
             ldc: ldc as usize,
         };
-        gemm(
-            ith.max(0) as usize,
-            nth.max(1) as usize,
-            shape,
-            a.cast(),
-            b.cast(),
-            c.cast(),
-        );
+        if nth <= 1 && shared::helper_on() {
+            shared::gemm_shared(shape, a.cast(), b.cast(), c.cast());
+        } else {
+            gemm(
+                ith.max(0) as usize,
+                nth.max(1) as usize,
+                shape,
+                a.cast(),
+                b.cast(),
+                c.cast(),
+            );
+        }
         if ith == 0 {
             PRODUCTS.fetch_add(1, Ordering::Relaxed);
         }
@@ -204,72 +208,165 @@ pub(crate) unsafe fn gemm(
     b: *const BlockQ8_1,
     c: *mut f32,
 ) {
-    let Shape { m, n, k, .. } = shape;
-    let (first, last) = (m * ith / nth, m * (ith + 1) / nth);
+    let (first, last) = (shape.m * ith / nth, shape.m * (ith + 1) / nth);
     if first >= last {
         return;
     }
-    // The rows' scales and minimums as floats, per row and block.
-    let rows = last - first;
-    let mut a_d = vec![0f32; rows * k];
-    let mut a_m = vec![0f32; rows * k];
-    for row in 0..rows {
-        for ib in 0..k {
-            // SAFETY: first + row < m and ib < k.
-            let block = unsafe { &*a.add((first + row) * shape.lda + ib) };
-            a_d[row * k + ib] = half(block.d);
-            a_m[row * k + ib] = half(block.m);
+    let mut rows = RowScales::new(shape.k);
+    // SAFETY: rows first..last are within A (the caller's promise).
+    unsafe { rows.fill(shape, a, first, last) };
+    let mut tile = TokenTile::new(shape.k);
+    for col_tile in 0..shape.n.div_ceil(COLS) {
+        // SAFETY: B holds the shape's tokens (the caller's promise).
+        unsafe { tile.fill(shape, b, col_tile) };
+        // SAFETY: as above, for A and C.
+        unsafe { rows_against_tile(shape, a, c, &mut rows, &tile) };
+    }
+}
+
+/// One tile's tokens copied into aligned vectors, block after block: each token's quants,
+/// the tokens' scales side by side, and their sums side by side. ggml's blocks are 36 bytes
+/// apart, so nearly half of the loads straight from them would cross a cache line. A missing
+/// last token repeats the one before (its outputs are not stored).
+pub(crate) struct TokenTile {
+    /// The tile's first token.
+    first: usize,
+    /// Its tokens, `COLS` but for the last tile.
+    count: usize,
+    b_q: Vec<__m256i>,
+    b_d: Vec<__m256>,
+    b_s: Vec<__m256>,
+}
+
+impl TokenTile {
+    /// An empty tile for tokens of `k` blocks.
+    pub(crate) fn new(k: usize) -> Self {
+        TokenTile {
+            first: 0,
+            count: 0,
+            b_q: vec![zero(); k * COLS],
+            b_d: vec![zero(); k],
+            b_s: vec![zero(); k],
         }
     }
-    // A tile's tokens copied into aligned vectors, block after block: each token's quants,
-    // its scale filling a vector (so that a multiplication reads it from memory), and the
-    // tokens' sums side by side. ggml's blocks are 36 bytes apart, so nearly half of the
-    // loads straight from them would cross a cache line. A missing last token repeats the
-    // one before (its outputs are not stored).
-    let mut b_q = vec![_mm256_setzero_si256(); k * COLS];
-    let mut b_d = vec![_mm256_setzero_ps(); k];
-    let mut b_s = vec![_mm256_setzero_ps(); k];
-    let mut scales = vec![_mm256_setzero_ps(); k];
-    for col_tile in 0..n.div_ceil(COLS) {
-        let cols: [usize; COLS] = std::array::from_fn(|c| (col_tile * COLS + c).min(n - 1));
+
+    /// Holds the tokens of tile `col_tile` of B.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and F16C; `b` holds the tokens `shape` describes, and the tile was
+    /// made for its `k`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn fill(&mut self, shape: Shape, b: *const BlockQ8_1, col_tile: usize) {
+        let (n, k) = (shape.n, shape.k);
+        self.first = col_tile * COLS;
+        self.count = COLS.min(n - self.first);
+        let cols: [usize; COLS] = std::array::from_fn(|c| (self.first + c).min(n - 1));
         for ib in 0..k {
             let (mut ds, mut sums) = ([0f32; COLS], [0f32; COLS]);
             for (col, &j) in cols.iter().enumerate() {
                 // SAFETY: j < n and ib < k.
                 let block = unsafe { &*b.add(j * shape.ldb + ib) };
                 // SAFETY: 32 bytes read from a block's 32 quants.
-                b_q[ib * COLS + col] =
+                self.b_q[ib * COLS + col] =
                     unsafe { _mm256_loadu_si256(block.qs.as_ptr().cast::<__m256i>()) };
                 ds[col] = half(block.d);
                 sums[col] = half(block.s);
             }
             // SAFETY: eight floats read from eight, twice.
             unsafe {
-                b_d[ib] = _mm256_loadu_ps(ds.as_ptr());
-                b_s[ib] = _mm256_loadu_ps(sums.as_ptr());
+                self.b_d[ib] = _mm256_loadu_ps(ds.as_ptr());
+                self.b_s[ib] = _mm256_loadu_ps(sums.as_ptr());
             }
         }
-        for row in 0..rows {
-            let i = first + row;
-            // The row's scale times each token's, per block: ggml's combined scale, a float
-            // each multiplication below reads from memory.
+    }
+}
+
+/// A run of weight rows' scales and minimums as floats, per row and block, and room for one
+/// row's combined scales against a tile.
+pub(crate) struct RowScales {
+    k: usize,
+    /// The run's first row.
+    first: usize,
+    /// Its rows.
+    count: usize,
+    a_d: Vec<f32>,
+    a_m: Vec<f32>,
+    scales: Vec<__m256>,
+}
+
+impl RowScales {
+    /// Room for rows of `k` blocks.
+    pub(crate) fn new(k: usize) -> Self {
+        RowScales {
+            k,
+            first: 0,
+            count: 0,
+            a_d: Vec::new(),
+            a_m: Vec::new(),
+            scales: vec![zero(); k],
+        }
+    }
+
+    /// Holds rows `first..last` of A.
+    ///
+    /// # Safety
+    /// The CPU has F16C; `a` holds the rows `shape` describes and `last <= shape.m`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn fill(
+        &mut self,
+        shape: Shape,
+        a: *const BlockQ4_1,
+        first: usize,
+        last: usize,
+    ) {
+        let k = self.k;
+        self.first = first;
+        self.count = last - first;
+        self.a_d.resize(self.count * k, 0.0);
+        self.a_m.resize(self.count * k, 0.0);
+        for row in 0..self.count {
             for ib in 0..k {
-                scales[ib] = _mm256_mul_ps(_mm256_set1_ps(a_d[row * k + ib]), b_d[ib]);
+                // SAFETY: first + row < last <= m and ib < k.
+                let block = unsafe { &*a.add((first + row) * shape.lda + ib) };
+                self.a_d[row * k + ib] = half(block.d);
+                self.a_m[row * k + ib] = half(block.m);
             }
-            let tile = Tile {
-                a_m: &a_m[row * k..(row + 1) * k],
-                b_q: &b_q,
-                scales: &scales,
-                b_s: &b_s,
-            };
-            // SAFETY: row i is within A.
-            let out = unsafe { tile_sums(k, a.wrapping_add(i * shape.lda), &tile) };
-            for (col, &j) in cols.iter().enumerate() {
-                if col_tile * COLS + col < n {
-                    // SAFETY: i < m and j < n.
-                    unsafe { *c.add(j * shape.ldc + i) = out[col] };
-                }
-            }
+        }
+    }
+}
+
+/// C's outputs for the rows `rows` holds against the tokens `tile` holds.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; `a` and `c` hold the matrices `shape` describes, and
+/// `rows` and `tile` were filled from them.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn rows_against_tile(
+    shape: Shape,
+    a: *const BlockQ4_1,
+    c: *mut f32,
+    rows: &mut RowScales,
+    tile: &TokenTile,
+) {
+    let k = shape.k;
+    for row in 0..rows.count {
+        let i = rows.first + row;
+        // The row's scale times each token's, per block: ggml's combined scale, a float each
+        // fused multiply-add reads from memory.
+        for ib in 0..k {
+            rows.scales[ib] = _mm256_mul_ps(_mm256_set1_ps(rows.a_d[row * k + ib]), tile.b_d[ib]);
+        }
+        let sums = Tile {
+            a_m: &rows.a_m[row * k..(row + 1) * k],
+            b_q: &tile.b_q,
+            scales: &rows.scales,
+            b_s: &tile.b_s,
+        };
+        // SAFETY: row i is within A.
+        let out = unsafe { tile_sums(k, a.wrapping_add(i * shape.lda), &sums) };
+        for (col, &value) in out.iter().enumerate().take(tile.count) {
+            // SAFETY: i < m and the tile's token is below n.
+            unsafe { *c.add((tile.first + col) * shape.ldc + i) = value };
         }
     }
 }
@@ -328,6 +425,18 @@ unsafe fn tile_sums(k: usize, row: *const BlockQ4_1, tile: &Tile<'_>) -> [f32; C
     std::array::from_fn(|col| hsum(acc[col]) + minimums[col])
 }
 
+/// A vector of zero bits, which needs no CPU feature to make.
+fn zero<T: VectorOfBits>() -> T {
+    // SAFETY: every bit pattern is a valid vector (`VectorOfBits` is only implemented for
+    // AVX's plain vector types).
+    unsafe { std::mem::zeroed() }
+}
+
+/// AVX's vector types: plain bits, any pattern of which is a value.
+trait VectorOfBits {}
+impl VectorOfBits for __m256 {}
+impl VectorOfBits for __m256i {}
+
 /// ggml's `hsum_float_8`: high half plus low half, then the pairs, then the last two.
 #[target_feature(enable = "avx2")]
 #[inline]
@@ -345,5 +454,6 @@ fn half(bits: u16) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
 }
 
+pub(crate) mod shared;
 #[cfg(test)]
 mod tests;

@@ -374,6 +374,10 @@ fn generate<'m>(
     } else {
         threads_for_now()
     };
+    tether_llama_kernels::share_one_thread_products(threads::prompt_helper(
+        engine.threads > 0,
+        threads,
+    ));
     let started = std::time::Instant::now();
     let batch_rows = u32::try_from(batch_size).unwrap_or(u32::MAX);
     let reused = kept

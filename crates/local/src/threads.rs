@@ -57,6 +57,22 @@ pub fn threads_for_now() -> i32 {
     threads_left(physical, logical, others.unwrap_or(0))
 }
 
+/// Whether a request on `threads` shares its prompt's products with the kernel's helper
+/// thread: when the threads were chosen by the load (not `fixed` by the person) and are
+/// fewer than the physical cores, so that another job keeps one busy. llama.cpp's one
+/// thread then meets no other at its barriers, and the helper computes what part of each
+/// product the scheduler gives it a turn for beside the other job (docs/decisions.md, "A
+/// helper thread for the prompt's products beside a busy job").
+/// `TETHER_PROMPT_HELPER=off` turns it off and `on` on for any request on one thread, for
+/// comparisons and tests.
+pub(crate) fn prompt_helper(fixed: bool, threads: i32) -> bool {
+    match std::env::var("TETHER_PROMPT_HELPER").as_deref() {
+        Ok("off") => false,
+        Ok("on") => threads == 1,
+        _ => !fixed && threads < default_threads(),
+    }
+}
+
 /// How many times [`threads_for_now`] looks at the running tasks.
 const SAMPLES: usize = 5;
 

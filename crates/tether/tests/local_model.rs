@@ -756,34 +756,52 @@ fn embedded_model_reuses_the_shared_part_of_its_system_turn() {
 }
 
 /// The binary's prompts go through the tiled Q4_1 kernel (linked in by build.rs), and the
-/// call and answer are the ones ggml's own dot products give.
+/// call and answer are the ones ggml's own dot products give, also on one thread with the
+/// kernel's helper thread taking chunks of each product.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[test]
 fn embedded_model_evaluates_prompts_with_the_tiled_kernel_and_ggmls_answers() {
     let dir = empty_dir("q4-1-kernel");
-    let run = |kernel: &str| {
-        let (code, events, stderr) = run_json_with(
-            &dir,
-            "What is 12 times 7?",
-            &["-vv"],
-            &[
-                ("TETHER_PROMPT_CACHE", std::ffi::OsStr::new("off")),
-                ("TETHER_PROMPT_KERNEL", std::ffi::OsStr::new(kernel)),
-            ],
-        );
+    let run = |kernel: &str, extra: &[(&str, &std::ffi::OsStr)]| {
+        let mut env = vec![
+            ("TETHER_PROMPT_CACHE", std::ffi::OsStr::new("off")),
+            ("TETHER_PROMPT_KERNEL", std::ffi::OsStr::new(kernel)),
+        ];
+        env.extend_from_slice(extra);
+        let (code, events, stderr) = run_json_with(&dir, "What is 12 times 7?", &["-vv"], &env);
         assert_eq!(code, 0, "{stderr}");
-        let products = stderr
-            .lines()
-            .filter(|line| line.contains("embedded model prompt level"))
-            .map(|line| field(line, "q4_1_kernel_products"))
-            .max();
-        (calls_and_answer(&events), products)
+        let counted = |name: &str| {
+            stderr
+                .lines()
+                .filter(|line| line.contains("embedded model prompt level"))
+                .map(|line| field(line, name))
+                .max()
+        };
+        (
+            calls_and_answer(&events),
+            counted("q4_1_kernel_products"),
+            counted("helped_chunks"),
+        )
     };
-    let (ours, products) = run("tiled");
+    let (ours, products, _) = run("tiled", &[]);
     assert!(products.is_some_and(|n| n > 0), "{products:?}");
-    let (ggml, products) = run("ggml");
+    let (ggml, products, _) = run("ggml", &[]);
     assert_eq!(products, Some(0));
     assert_eq!(ours, ggml);
+    // On one thread with the helper thread sharing each product, as beside a busy job.
+    let (helped, products, chunks) = run(
+        "tiled",
+        &[
+            ("TETHER_THREADS", std::ffi::OsStr::new("1")),
+            ("TETHER_PROMPT_HELPER", std::ffi::OsStr::new("on")),
+        ],
+    );
+    assert!(products.is_some_and(|n| n > 0), "{products:?}");
+    assert!(
+        chunks.is_some_and(|n| n > 0),
+        "the helper took no chunk: {chunks:?}"
+    );
+    assert_eq!(helped, ggml);
 }
 
 /// A short result is the answer: the model is not run again to say it ("The add tool

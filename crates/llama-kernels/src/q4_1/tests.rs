@@ -52,15 +52,28 @@ fn tokens(noise: &mut Noise, count: usize) -> Vec<BlockQ8_1> {
 /// C from the kernel, with `threads` calls as ggml's threads would make them, against ggml's
 /// dot product for every output; the padding between C's rows is left alone.
 fn matches_ggml(shape: Shape, threads: usize, seed: u64) {
+    matches_ggml_with(shape, seed, &format!("{threads} threads"), |a, b, c| {
+        for ith in 0..threads {
+            // SAFETY: the CPU has the features (asserted); the matrices have the shape's sizes.
+            unsafe { gemm(ith, threads, shape, a, b, c) };
+        }
+    });
+}
+
+/// C from `compute` (given A, B and room for C), against ggml's dot product for every
+/// output; the padding between C's rows is left alone.
+fn matches_ggml_with(
+    shape: Shape,
+    seed: u64,
+    how: &str,
+    compute: impl FnOnce(*const BlockQ4_1, *const BlockQ8_1, *mut f32),
+) {
     let mut noise = Noise(seed);
     let a = weights(&mut noise, shape.m * shape.lda);
     let b = tokens(&mut noise, shape.n * shape.ldb);
     let mut c = vec![f32::NAN; shape.n * shape.ldc];
     assert!(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"));
-    for ith in 0..threads {
-        // SAFETY: the CPU has the features (asserted); the matrices have the shape's sizes.
-        unsafe { gemm(ith, threads, shape, a.as_ptr(), b.as_ptr(), c.as_mut_ptr()) };
-    }
+    compute(a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
     // SAFETY: ggml's own initialisation and type table.
     let vec_dot = unsafe {
         ggml::ggml_cpu_init();
@@ -88,7 +101,7 @@ fn matches_ggml(shape: Shape, threads: usize, seed: u64) {
             assert_eq!(
                 got.to_bits(),
                 want.to_bits(),
-                "row {i}, token {j} of {}x{}x{} on {threads} threads: {got} against ggml's {want}",
+                "row {i}, token {j} of {}x{}x{} ({how}): {got} against ggml's {want}",
                 shape.m,
                 shape.n,
                 shape.k
@@ -161,4 +174,56 @@ fn leaves_fewer_tokens_than_a_tile_and_other_types_to_ggml() {
     // ggml's tiled kernels take neither (they have none for Q4_1), so both fall back.
     assert!(!single && !other);
     assert!(c.iter().all(|x| x.is_nan()));
+}
+
+/// Shapes of one chunk of rows and fewer, several, and a last chunk cut short.
+const SHARED_SHAPES: [(usize, usize, usize); 4] =
+    [(5, 9, 18), (64, 8, 18), (100, 17, 3), (192, 31, 18)];
+
+fn padded(m: usize, n: usize, k: usize) -> Shape {
+    Shape {
+        m,
+        n,
+        k,
+        lda: k + 1,
+        ldb: k + 2,
+        ldc: m + 3,
+    }
+}
+
+#[test]
+fn a_shared_product_gives_ggmls_sums_whoever_computes_its_chunks() {
+    for (index, &(m, n, k)) in SHARED_SHAPES.iter().enumerate() {
+        let shape = padded(m, n, k);
+        let seed = 0x5eed ^ index as u64;
+        // Another thread computes every chunk while the owner sleeps until the last is in.
+        matches_ggml_with(shape, seed, "all by another thread", |a, b, c| {
+            // SAFETY: the CPU has the features (asserted); the matrices have the shape's
+            // sizes and outlive the product's wait.
+            let product = unsafe { shared::SharedProduct::new(shape, a, b, c) };
+            std::thread::scope(|scope| {
+                scope.spawn(|| product.work());
+                product.wait();
+            });
+        });
+        // Both at once, as ggml's thread and the helper.
+        matches_ggml_with(shape, seed, "shared by two threads", |a, b, c| {
+            // SAFETY: as above.
+            let product = unsafe { shared::SharedProduct::new(shape, a, b, c) };
+            std::thread::scope(|scope| {
+                scope.spawn(|| product.work());
+                product.work();
+                product.wait();
+            });
+        });
+        // Through the helper, as ggml's one thread calls it.
+        matches_ggml_with(shape, seed, "with the helper", |a, b, c| {
+            // SAFETY: as above.
+            unsafe { shared::gemm_shared(shape, a, b, c) };
+        });
+    }
+    assert!(
+        shared::helped_chunks() > 0,
+        "no chunk came from another thread"
+    );
 }
