@@ -14,22 +14,25 @@
 #[allow(unsafe_code)]
 pub mod q4_1;
 
-/// Lets the tiled Q4_1 kernel share the products ggml computes on one thread with a helper
-/// thread (or stops it), for the products that follow: for a request that runs the embedded
-/// model on one thread because another job keeps a core busy. Nothing where the kernel is not
-/// built in.
-pub fn share_one_thread_products(on: bool) {
+// The helper thread for work ggml does on one thread.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub(crate) mod helper;
+
+/// Lets the kernels share the work ggml does on one thread (the prompt's products) with a
+/// helper thread, or stops it, for the operations that follow: for a
+/// request that runs the embedded model on one thread because another job keeps a core
+/// busy. Nothing where the kernels are not built in.
+pub fn share_one_thread_work(on: bool) {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    q4_1::shared::set_helper(on);
+    helper::set_helper(on);
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     let _ = on;
 }
 
-/// How many chunks of a product's rows the helper thread (`share_one_thread_products`) has
-/// computed in this process.
-pub fn q4_1_helped_chunks() -> u64 {
+/// How many pieces of work (chunks of a product's rows) the helper thread ([`share_one_thread_work`]) has computed in this process.
+pub fn helped_pieces() -> u64 {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    return q4_1::shared::helped_chunks();
+    return helper::helped_pieces();
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     return 0;
 }

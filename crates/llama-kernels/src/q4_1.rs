@@ -17,6 +17,10 @@
 //! which takes Q4_1 products of a tile's tokens or more and hands every other one to ggml's
 //! own (`__real_llamafile_sgemm`). llama.cpp's source stays as
 //! published. `TETHER_PROMPT_KERNEL=ggml` leaves every product to ggml, for comparisons.
+//!
+//! ggml's threads split a product by rows; when ggml runs one thread and the helper is on
+//! (`crate::helper`), the product is cut into chunks of rows that the helper thread takes
+//! some of (`shared`). Either way each output is computed by the same code.
 
 use std::arch::x86_64::*;
 use std::ffi::{c_int, c_void};
@@ -161,7 +165,7 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
             ldb: ldb as usize,
             ldc: ldc as usize,
         };
-        if nth <= 1 && shared::helper_on() {
+        if nth <= 1 && crate::helper::helper_on() {
             shared::gemm_shared(shape, a.cast(), b.cast(), c.cast());
         } else {
             gemm(

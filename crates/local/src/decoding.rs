@@ -135,7 +135,7 @@ pub(crate) fn evaluate_shared(
             evaluate_ms = evaluated.as_millis(),
             store_ms = (began.elapsed() - evaluated).as_millis(),
             q4_1_kernel_products = tether_llama_kernels::q4_1_products(),
-            helped_chunks = tether_llama_kernels::q4_1_helped_chunks(),
+            helped_pieces = tether_llama_kernels::helped_pieces(),
             "embedded model prompt level"
         );
         start = level;

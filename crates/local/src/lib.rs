@@ -374,7 +374,7 @@ fn generate<'m>(
     } else {
         threads_for_now()
     };
-    tether_llama_kernels::share_one_thread_products(threads::prompt_helper(
+    tether_llama_kernels::share_one_thread_work(threads::prompt_helper(
         engine.threads > 0,
         threads,
     ));

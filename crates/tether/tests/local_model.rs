@@ -780,7 +780,7 @@ fn embedded_model_evaluates_prompts_with_the_tiled_kernel_and_ggmls_answers() {
         (
             calls_and_answer(&events),
             counted("q4_1_kernel_products"),
-            counted("helped_chunks"),
+            counted("helped_pieces"),
         )
     };
     let (ours, products, _) = run("tiled", &[]);
@@ -799,7 +799,7 @@ fn embedded_model_evaluates_prompts_with_the_tiled_kernel_and_ggmls_answers() {
     assert!(products.is_some_and(|n| n > 0), "{products:?}");
     assert!(
         chunks.is_some_and(|n| n > 0),
-        "the helper took no chunk: {chunks:?}"
+        "the helper took no piece: {chunks:?}"
     );
     assert_eq!(helped, ggml);
 }

@@ -193,6 +193,7 @@ fn padded(m: usize, n: usize, k: usize) -> Shape {
 
 #[test]
 fn a_shared_product_gives_ggmls_sums_whoever_computes_its_chunks() {
+    let _serial = crate::helper::TESTS.lock();
     for (index, &(m, n, k)) in SHARED_SHAPES.iter().enumerate() {
         let shape = padded(m, n, k);
         let seed = 0x5eed ^ index as u64;
@@ -200,20 +201,24 @@ fn a_shared_product_gives_ggmls_sums_whoever_computes_its_chunks() {
         matches_ggml_with(shape, seed, "all by another thread", |a, b, c| {
             // SAFETY: the CPU has the features (asserted); the matrices have the shape's
             // sizes and outlive the product's wait.
-            let product = unsafe { shared::SharedProduct::new(shape, a, b, c) };
+            let product = unsafe { shared::Product::new(shape, a, b, c) };
+            let chunks = product.chunks();
+            let work = crate::helper::SharedWork::new(product, chunks);
             std::thread::scope(|scope| {
-                scope.spawn(|| product.work());
-                product.wait();
+                scope.spawn(|| work.run());
+                work.wait();
             });
         });
         // Both at once, as ggml's thread and the helper.
         matches_ggml_with(shape, seed, "shared by two threads", |a, b, c| {
             // SAFETY: as above.
-            let product = unsafe { shared::SharedProduct::new(shape, a, b, c) };
+            let product = unsafe { shared::Product::new(shape, a, b, c) };
+            let chunks = product.chunks();
+            let work = crate::helper::SharedWork::new(product, chunks);
             std::thread::scope(|scope| {
-                scope.spawn(|| product.work());
-                product.work();
-                product.wait();
+                scope.spawn(|| work.run());
+                work.run();
+                work.wait();
             });
         });
         // Through the helper, as ggml's one thread calls it.
@@ -223,7 +228,7 @@ fn a_shared_product_gives_ggmls_sums_whoever_computes_its_chunks() {
         });
     }
     assert!(
-        shared::helped_chunks() > 0,
+        crate::helper::helped_pieces() > 0,
         "no chunk came from another thread"
     );
 }
