@@ -197,9 +197,9 @@ pub(crate) struct Shape {
 }
 
 /// Thread `ith` of `nth`'s share of C: a contiguous run of weight rows against every token.
-/// Tokens are the outer loop, so that a tile's tokens (a few kilobytes) stay in the first
-/// cache level while the rows pass, and the rows (a fraction of their size per output)
-/// are what is read from the second.
+/// Every tile of tokens is copied first; then the rows, a chunk at a time, are unpacked once
+/// and meet each tile in turn: a tile (a few kilobytes) stays in the first cache level while
+/// the chunk's rows pass, and the chunk (tens of kilobytes) in the second.
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C; `a`, `b` and `c` hold the matrices `shape` describes.
@@ -216,15 +216,22 @@ pub(crate) unsafe fn gemm(
     if first >= last {
         return;
     }
+    let tiles: Vec<TokenTile> = (0..shape.n.div_ceil(COLS))
+        .map(|col_tile| {
+            let mut tile = TokenTile::new(shape.k);
+            // SAFETY: B holds the shape's tokens (the caller's promise).
+            unsafe { tile.fill(shape, b, col_tile) };
+            tile
+        })
+        .collect();
     let mut rows = RowScales::new(shape.k);
-    // SAFETY: rows first..last are within A (the caller's promise).
-    unsafe { rows.fill(shape, a, first, last) };
-    let mut tile = TokenTile::new(shape.k);
-    for col_tile in 0..shape.n.div_ceil(COLS) {
-        // SAFETY: B holds the shape's tokens (the caller's promise).
-        unsafe { tile.fill(shape, b, col_tile) };
-        // SAFETY: as above, for A and C.
-        unsafe { rows_against_tile(shape, a, c, &mut rows, &tile) };
+    for chunk in (first..last).step_by(shared::CHUNK_ROWS) {
+        // SAFETY: the rows are within A (the caller's promise).
+        unsafe { rows.fill(shape, a, chunk, (chunk + shared::CHUNK_ROWS).min(last)) };
+        for tile in &tiles {
+            // SAFETY: as above, for A and C.
+            unsafe { rows_against_tile(shape, c, &mut rows, tile) };
+        }
     }
 }
 
@@ -285,14 +292,16 @@ impl TokenTile {
     }
 }
 
-/// A run of weight rows' scales and minimums as floats, per row and block, and room for one
-/// row's combined scales against a tile.
+/// A run of weight rows, unpacked once for every tile they meet: per row and block, the 32
+/// weights a byte each, and the scale and minimum as floats; and room for one row's
+/// combined scales against a tile.
 pub(crate) struct RowScales {
     k: usize,
     /// The run's first row.
     first: usize,
     /// Its rows.
     count: usize,
+    a_q: Vec<__m256i>,
     a_d: Vec<f32>,
     a_m: Vec<f32>,
     scales: Vec<__m256>,
@@ -305,6 +314,7 @@ impl RowScales {
             k,
             first: 0,
             count: 0,
+            a_q: Vec::new(),
             a_d: Vec::new(),
             a_m: Vec::new(),
             scales: vec![zero(); k],
@@ -314,7 +324,8 @@ impl RowScales {
     /// Holds rows `first..last` of A.
     ///
     /// # Safety
-    /// The CPU has F16C; `a` holds the rows `shape` describes and `last <= shape.m`.
+    /// The CPU has AVX2 and F16C; `a` holds the rows `shape` describes and
+    /// `last <= shape.m`.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn fill(
         &mut self,
@@ -326,12 +337,19 @@ impl RowScales {
         let k = self.k;
         self.first = first;
         self.count = last - first;
+        self.a_q.resize(self.count * k, zero());
         self.a_d.resize(self.count * k, 0.0);
         self.a_m.resize(self.count * k, 0.0);
+        let low = _mm256_set1_epi8(0x0f);
         for row in 0..self.count {
             for ib in 0..k {
                 // SAFETY: first + row < last <= m and ib < k.
                 let block = unsafe { &*a.add((first + row) * shape.lda + ib) };
+                // ggml's `bytes_from_nibbles_32`: the low nibbles are the first 16 weights.
+                // SAFETY: 16 bytes read from a block's 16.
+                let packed = unsafe { _mm_loadu_si128(block.qs.as_ptr().cast::<__m128i>()) };
+                self.a_q[row * k + ib] =
+                    _mm256_and_si256(low, _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed));
                 self.a_d[row * k + ib] = half(block.d);
                 self.a_m[row * k + ib] = half(block.m);
             }
@@ -342,12 +360,11 @@ impl RowScales {
 /// C's outputs for the rows `rows` holds against the tokens `tile` holds.
 ///
 /// # Safety
-/// The CPU has AVX2, FMA and F16C; `a` and `c` hold the matrices `shape` describes, and
-/// `rows` and `tile` were filled from them.
+/// The CPU has AVX2, FMA and F16C; `c` holds the matrix `shape` describes, and `rows` and
+/// `tile` were filled from this product's A and B.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn rows_against_tile(
     shape: Shape,
-    a: *const BlockQ4_1,
     c: *mut f32,
     rows: &mut RowScales,
     tile: &TokenTile,
@@ -361,13 +378,14 @@ pub(crate) unsafe fn rows_against_tile(
             rows.scales[ib] = _mm256_mul_ps(_mm256_set1_ps(rows.a_d[row * k + ib]), tile.b_d[ib]);
         }
         let sums = Tile {
+            a_q: &rows.a_q[row * k..(row + 1) * k],
             a_m: &rows.a_m[row * k..(row + 1) * k],
             b_q: &tile.b_q,
             scales: &rows.scales,
             b_s: &tile.b_s,
         };
-        // SAFETY: row i is within A.
-        let out = unsafe { tile_sums(k, a.wrapping_add(i * shape.lda), &sums) };
+        // SAFETY: the row's blocks and the tile's hold k blocks each.
+        let out = unsafe { tile_sums(k, &sums) };
         for (col, &value) in out.iter().enumerate().take(tile.count) {
             // SAFETY: i < m and the tile's token is below n.
             unsafe { *c.add((tile.first + col) * shape.ldc + i) = value };
@@ -375,9 +393,11 @@ pub(crate) unsafe fn rows_against_tile(
     }
 }
 
-/// A tile for `k` blocks: per block, the row's minimum (`a_m`), each token's quants
-/// (`b_q`), the row's scale times each token's (`scales`) and the tokens' sums (`b_s`).
+/// A tile for `k` blocks: per block, the row's unpacked weights (`a_q`) and minimum (`a_m`),
+/// each token's quants (`b_q`), the row's scale times each token's (`scales`) and the
+/// tokens' sums (`b_s`).
 struct Tile<'a> {
+    a_q: &'a [__m256i],
     a_m: &'a [f32],
     b_q: &'a [__m256i],
     scales: &'a [__m256],
@@ -390,17 +410,15 @@ struct Tile<'a> {
 /// The CPU has AVX2, FMA and F16C; the row holds `k` blocks, and so does the tile.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline(never)]
-unsafe fn tile_sums(k: usize, row: *const BlockQ4_1, tile: &Tile<'_>) -> [f32; COLS] {
+unsafe fn tile_sums(k: usize, tile: &Tile<'_>) -> [f32; COLS] {
     debug_assert!(tile.a_m.len() >= k && tile.b_s.len() >= k && tile.scales.len() >= k);
-    debug_assert!(tile.b_q.len() >= k * COLS);
+    debug_assert!(tile.a_q.len() >= k && tile.b_q.len() >= k * COLS);
     let ones = _mm256_set1_epi16(1);
-    let low = _mm256_set1_epi8(0x0f);
     let mut acc = [_mm256_setzero_ps(); COLS];
     // ggml's scalar sum of minimum × token sum, one per output, as lanes: the same fused
     // multiply-add in the same order, eight at once.
     let mut mins = _mm256_setzero_ps();
-    let mut row = row;
-    let mut a_m = tile.a_m.as_ptr();
+    let (mut a_q, mut a_m) = (tile.a_q.as_ptr(), tile.a_m.as_ptr());
     let (mut b_q, mut b_s) = (tile.b_q.as_ptr(), tile.b_s.as_ptr());
     let mut scales = tile.scales.as_ptr().cast::<f32>();
     for _ in 0..k {
@@ -408,15 +426,14 @@ unsafe fn tile_sums(k: usize, row: *const BlockQ4_1, tile: &Tile<'_>) -> [f32; C
         // pointer moves on by one block after it.
         unsafe {
             mins = _mm256_fmadd_ps(_mm256_broadcast_ss(&*a_m), *b_s, mins);
-            let packed = _mm_loadu_si128((*row).qs.as_ptr().cast::<__m128i>());
-            let qx = _mm256_and_si256(low, _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed));
+            let qx = *a_q;
             for (c, acc) in acc.iter_mut().enumerate() {
                 let dot = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(qx, *b_q.add(c)));
                 // ggml's own step: (d0 × d1) × dot added to the lanes, fused.
                 let scale = _mm256_broadcast_ss(&*scales.add(c));
                 *acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), *acc);
             }
-            row = row.add(1);
+            a_q = a_q.add(1);
             a_m = a_m.add(1);
             b_q = b_q.add(COLS);
             scales = scales.add(COLS);

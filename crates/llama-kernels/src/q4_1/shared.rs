@@ -71,7 +71,7 @@ impl Pieces for Product {
         unsafe {
             rows.fill(self.shape, self.a, first, last);
             for tile in &self.tiles {
-                rows_against_tile(self.shape, self.a, self.c, rows, tile);
+                rows_against_tile(self.shape, self.c, rows, tile);
             }
         }
     }
