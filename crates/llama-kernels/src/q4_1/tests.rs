@@ -197,30 +197,24 @@ fn a_shared_product_gives_ggmls_sums_whoever_computes_its_chunks() {
     for (index, &(m, n, k)) in SHARED_SHAPES.iter().enumerate() {
         let shape = padded(m, n, k);
         let seed = 0x5eed ^ index as u64;
-        // Another thread computes every chunk while the owner sleeps until the last is in.
-        matches_ggml_with(shape, seed, "all by another thread", |a, b, c| {
-            // SAFETY: the CPU has the features (asserted); the matrices have the shape's
-            // sizes and outlive the product's wait.
-            let product = unsafe { shared::Product::new(shape, a, b, c) };
-            let chunks = product.chunks();
-            let work = crate::helper::SharedWork::new(product, chunks);
-            std::thread::scope(|scope| {
-                scope.spawn(|| work.run());
-                work.wait();
+        // Another thread computes every chunk while the owner sleeps until the last is in;
+        // then both at once, as ggml's thread and the helper.
+        for (how, owner_works) in [("all by another thread", false), ("by two threads", true)] {
+            matches_ggml_with(shape, seed, how, |a, b, c| {
+                // SAFETY: the CPU has the features (asserted); the matrices have the shape's
+                // sizes and outlive the product's wait.
+                let product = unsafe { shared::Product::new(shape, a, b, c) };
+                let chunks = product.chunks();
+                let work = crate::helper::SharedWork::new(product, chunks);
+                std::thread::scope(|scope| {
+                    scope.spawn(|| work.run());
+                    if owner_works {
+                        work.run();
+                    }
+                    work.wait();
+                });
             });
-        });
-        // Both at once, as ggml's thread and the helper.
-        matches_ggml_with(shape, seed, "shared by two threads", |a, b, c| {
-            // SAFETY: as above.
-            let product = unsafe { shared::Product::new(shape, a, b, c) };
-            let chunks = product.chunks();
-            let work = crate::helper::SharedWork::new(product, chunks);
-            std::thread::scope(|scope| {
-                scope.spawn(|| work.run());
-                work.run();
-                work.wait();
-            });
-        });
+        }
         // Through the helper, as ggml's one thread calls it.
         matches_ggml_with(shape, seed, "with the helper", |a, b, c| {
             // SAFETY: as above.
