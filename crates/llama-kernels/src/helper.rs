@@ -141,7 +141,14 @@ fn helper() -> Option<&'static Helper> {
                 loop {
                     let offered = helper.offered.lock().ok().and_then(|mut o| o.take());
                     match offered {
-                        Some(work) => work.run(),
+                        // A piece that panicked would never be done, and its owner would wait
+                        // for it for ever: a stopped process says more than a hung one.
+                        Some(work) => {
+                            let run = std::panic::AssertUnwindSafe(|| work.run());
+                            if std::panic::catch_unwind(run).is_err() {
+                                std::process::abort();
+                            }
+                        }
                         None => std::thread::park(),
                     }
                 }
