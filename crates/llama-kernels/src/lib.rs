@@ -2,7 +2,9 @@
 //! They are reached through the linker, not through llama.cpp's source, which stays as
 //! published: a binary that links llama.cpp is linked with `--wrap=llamafile_sgemm` (the
 //! build scripts of `tether-local` and `tether`), so ggml's call to its tiled matrix kernels
-//! arrives here first, and what these kernels do not take goes on to ggml's own.
+//! arrives here first, and what these kernels do not take goes on to ggml's own. When ggml
+//! runs one thread because another job keeps a core busy, a helper thread (`helper`) takes
+//! chunks of the prompt's products whenever the scheduler gives it a turn.
 //!
 //! Each kernel gives ggml's own results bit for bit, so the model's answers cannot change,
 //! only their speed; its tests hold it to that against ggml's own functions. No I/O, no
