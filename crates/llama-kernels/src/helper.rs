@@ -170,8 +170,7 @@ pub(crate) fn share<W: Pieces>(work: W, pieces: usize) {
     let shared = SharedWork::new(work, pieces);
     // Offered only when the helper holds no other work (another context's, on another
     // thread): then this is computed here alone.
-    let helper = helper();
-    let offered = helper.is_some_and(|helper| {
+    let offered_to = helper().filter(|helper| {
         helper.offered.try_lock().is_ok_and(|mut slot| {
             slot.is_none() && {
                 *slot = Some(Arc::clone(&shared) as Arc<dyn Offered>);
@@ -179,15 +178,15 @@ pub(crate) fn share<W: Pieces>(work: W, pieces: usize) {
             }
         })
     });
-    if let (true, Some(helper)) = (offered, helper) {
+    if let Some(helper) = offered_to {
         helper.thread.unpark();
     }
-    if !(offered && owner_waits()) {
+    if offered_to.is_none() || !owner_waits() {
         shared.run();
     }
     shared.wait();
     // Not taken (the helper did not wake in time): withdrawn, so the helper does not find it.
-    if let (true, Some(helper)) = (offered, helper)
+    if let Some(helper) = offered_to
         && let Ok(mut slot) = helper.offered.lock()
         && slot
             .as_ref()

@@ -21,9 +21,9 @@ pub mod q4_1;
 pub(crate) mod helper;
 
 /// Lets the kernels share the work ggml does on one thread (the prompt's products) with a
-/// helper thread, or stops it, for the operations that follow: for a
-/// request that runs the embedded model on one thread because another job keeps a core
-/// busy. Nothing where the kernels are not built in.
+/// helper thread, or stops it, for the operations that follow: for a request that runs the
+/// embedded model on one thread because another job keeps a core busy. Nothing where the
+/// kernels are not built in.
 pub fn share_one_thread_work(on: bool) {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     helper::set_helper(on);
@@ -31,7 +31,8 @@ pub fn share_one_thread_work(on: bool) {
     let _ = on;
 }
 
-/// How many pieces of work (chunks of a product's rows) the helper thread ([`share_one_thread_work`]) has computed in this process.
+/// How many pieces of work (chunks of a product's rows) the helper thread
+/// ([`share_one_thread_work`]) has computed in this process.
 pub fn helped_pieces() -> u64 {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     return helper::helped_pieces();

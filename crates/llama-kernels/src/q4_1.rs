@@ -26,6 +26,8 @@ use std::arch::x86_64::*;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
+use crate::helper::Pieces;
+
 /// ggml's type numbers (ggml.h, `enum ggml_type`): floats.
 pub const GGML_TYPE_F32: c_int = 0;
 /// ggml's number for Q4_1 weights.
@@ -196,7 +198,8 @@ pub(crate) struct Shape {
     pub(crate) ldc: usize,
 }
 
-/// Thread `ith` of `nth`'s share of C: a contiguous run of weight rows against every token.
+/// Thread `ith` of `nth`'s share of C: a contiguous run of the product's chunks of weight
+/// rows against every token ([`shared::Product`], the same work the helper thread shares).
 /// Every tile of tokens is copied first; then the rows, a chunk at a time, are unpacked once
 /// and meet each tile in turn: a tile (a few kilobytes) stays in the first cache level while
 /// the chunk's rows pass, and the chunk (tens of kilobytes) in the second.
@@ -212,26 +215,16 @@ pub(crate) unsafe fn gemm(
     b: *const BlockQ8_1,
     c: *mut f32,
 ) {
-    let (first, last) = (shape.m * ith / nth, shape.m * (ith + 1) / nth);
-    if first >= last {
+    let chunks = shape.m.div_ceil(shared::CHUNK_ROWS);
+    let mine = chunks * ith / nth..chunks * (ith + 1) / nth;
+    if mine.is_empty() {
         return;
     }
-    let tiles: Vec<TokenTile> = (0..shape.n.div_ceil(COLS))
-        .map(|col_tile| {
-            let mut tile = TokenTile::new(shape.k);
-            // SAFETY: B holds the shape's tokens (the caller's promise).
-            unsafe { tile.fill(shape, b, col_tile) };
-            tile
-        })
-        .collect();
-    let mut rows = RowScales::new(shape.k);
-    for chunk in (first..last).step_by(shared::CHUNK_ROWS) {
-        // SAFETY: the rows are within A (the caller's promise).
-        unsafe { rows.fill(shape, a, chunk, (chunk + shared::CHUNK_ROWS).min(last)) };
-        for tile in &tiles {
-            // SAFETY: as above, for A and C.
-            unsafe { rows_against_tile(shape, c, &mut rows, tile) };
-        }
+    // SAFETY: the caller's promise, and this thread returns only once its chunks are done.
+    let product = unsafe { shared::Product::new(shape, a, b, c) };
+    let mut rows = product.scratch(true);
+    for chunk in mine {
+        product.compute(chunk, &mut rows);
     }
 }
 
@@ -295,7 +288,7 @@ impl TokenTile {
 /// A run of weight rows, unpacked once for every tile they meet: per row and block, the 32
 /// weights a byte each, and the scale and minimum as floats; and room for one row's
 /// combined scales against a tile.
-pub(crate) struct RowScales {
+pub(crate) struct UnpackedRows {
     k: usize,
     /// The run's first row.
     first: usize,
@@ -307,10 +300,10 @@ pub(crate) struct RowScales {
     scales: Vec<__m256>,
 }
 
-impl RowScales {
+impl UnpackedRows {
     /// Room for rows of `k` blocks.
     pub(crate) fn new(k: usize) -> Self {
-        RowScales {
+        UnpackedRows {
             k,
             first: 0,
             count: 0,
@@ -366,7 +359,7 @@ impl RowScales {
 pub(crate) unsafe fn rows_against_tile(
     shape: Shape,
     c: *mut f32,
-    rows: &mut RowScales,
+    rows: &mut UnpackedRows,
     tile: &TokenTile,
 ) {
     let k = shape.k;

@@ -1,7 +1,8 @@
-//! A product ggml computes on one thread, in chunks of weight rows the helper thread
-//! (`crate::helper`) may take some of.
+//! A product in chunks of weight rows: ggml's threads each compute a run of them
+//! (`super::gemm`), and when ggml runs one thread the helper thread (`crate::helper`) may take
+//! some.
 
-use super::{BlockQ4_1, BlockQ8_1, COLS, RowScales, Shape, TokenTile, rows_against_tile};
+use super::{BlockQ4_1, BlockQ8_1, COLS, Shape, TokenTile, UnpackedRows, rows_against_tile};
 use crate::helper::Pieces;
 
 /// Weight rows per chunk: small enough that the helper's last chunk, which ggml's thread may
@@ -56,13 +57,13 @@ impl Product {
 }
 
 impl Pieces for Product {
-    type Scratch = RowScales;
+    type Scratch = UnpackedRows;
 
-    fn scratch(&self, _owner: bool) -> RowScales {
-        RowScales::new(self.shape.k)
+    fn scratch(&self, _owner: bool) -> UnpackedRows {
+        UnpackedRows::new(self.shape.k)
     }
 
-    fn compute(&self, chunk: usize, rows: &mut RowScales) {
+    fn compute(&self, chunk: usize, rows: &mut UnpackedRows) {
         let first = chunk * CHUNK_ROWS;
         let last = (first + CHUNK_ROWS).min(self.shape.m);
         // SAFETY: a product is made only once `super::enabled` found AVX2, FMA and F16C (the
